@@ -1,0 +1,94 @@
+"""Attentional biases ℓ(M; k, v): what a good association is.
+
+Each ``loss(pred, v)`` takes the retrieval pred = f_M(k) ∈ R^V of one head and
+the target v ∈ R^V and returns a scalar (thesis §2.4.2). Read-time biases
+(Nadaraya–Watson, characteristic function) define the objective that the
+closed-form optimizer minimises instead.
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from pydantic import Field
+
+from .memory import _Axis
+
+
+class DotProduct(_Axis):
+    """ℓ = −⟨f_M(k), v⟩ (eq. 2.44): Hebbian; GD gives M_t = M_{t−1} + β v kᵀ."""
+
+    kind: Literal["dot_product"] = "dot_product"
+
+    def loss(self, pred: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return -(pred * v).sum()
+
+
+class L2(_Axis):
+    """ℓ = ½‖f_M(k) − v‖² (eq. 2.45): online regression; GD gives the delta rule."""
+
+    kind: Literal["l2"] = "l2"
+
+    def loss(self, pred: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return 0.5 * (pred - v).pow(2).sum()
+
+
+class Lp(_Axis):
+    """ℓ = ‖f_M(k) − v‖_p^p (Moneta-style); ∇ = p·sign(e)|e|^{p−1} kᵀ, e = f(k) − v."""
+
+    kind: Literal["lp"] = "lp"
+    p: float = Field(..., gt=1.0, description="exponent p > 1 (p = 1 is not differentiable at 0)")
+
+    def loss(self, pred: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return (pred - v).abs().pow(self.p).sum()
+
+
+class Huber(_Axis):
+    """Coordinate-wise Huber loss (Yaad-style); ∇ = clamp(e, −δ, δ) kᵀ."""
+
+    kind: Literal["huber"] = "huber"
+    delta: float = Field(1.0, gt=0.0, description="transition point δ between quadratic and linear")
+
+    def loss(self, pred: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        a = (pred - v).abs()
+        quad = 0.5 * a.pow(2)
+        lin = self.delta * (a - 0.5 * self.delta)
+        return torch.where(a <= self.delta, quad, lin).sum()
+
+
+class NadarayaWatson(_Axis):
+    """Read-out objective of softmax attention over a KV cache (Table 2.1):
+
+        o_t = argmin_o Σ_{i ≤ t} exp(s·qᵀk_i) · ½‖o − v_i‖²  =  Σ_i softmax_i(s·qᵀk) v_i
+    """
+
+    kind: Literal["nadaraya_watson"] = "nadaraya_watson"
+
+    def objective(self, o: torch.Tensor, values: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """o: [V]; values: [N, V]; weights: [N] (zero for masked entries)."""
+        return 0.5 * (weights * (o.unsqueeze(0) - values).pow(2).sum(-1)).sum()
+
+
+class CharacteristicFunction(_Axis):
+    """SCA's spectral bias (Nautile §2.2): ℓ(S; u, v) = ½‖S − v·e^{iφ}‖², φ = u ⊗ θ.
+
+    Weighted by the contribution p_t and minimised in closed form over the
+    prefix, S_t = Σ p_τ v_τ e^{iφ_τ} / Σ p_τ: the normalised empirical
+    characteristic-function sample of the prefix. Complex numbers are held as
+    a trailing (re, im) axis.
+    """
+
+    kind: Literal["characteristic_function"] = "characteristic_function"
+
+    @staticmethod
+    def target(u: torch.Tensor, v: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
+        """u, v: [D]; theta: [D, M] -> v e^{iφ} as [D, M, 2]."""
+        phase = u.unsqueeze(-1) * theta  # (D, M)
+        amp = v.unsqueeze(-1)
+        return torch.stack((amp * torch.cos(phase), amp * torch.sin(phase)), dim=-1)
+
+    def loss(self, S: torch.Tensor, u: torch.Tensor, v: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
+        return 0.5 * (S - self.target(u, v, theta)).pow(2).sum()
+
+
+Bias = DotProduct | L2 | Lp | Huber | NadarayaWatson | CharacteristicFunction

@@ -1,0 +1,155 @@
+"""Memory optimizers: how the per-token argmin is solved (thesis §2.4.4).
+
+Each optimizer's ``update(ctx, state)`` maps the previous per-head state (a
+tuple of tensors) to the new one, using only ``ctx.loss`` (the attentional
+bias at this token as a function of the state) and ``ctx.penalty`` (the
+retention term). Gradients and Hessian-vector products come from torch.func,
+so the same code serves every memory and bias. η_t = lr · β_t is the per-token
+learning rate.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Literal
+
+import torch
+from pydantic import Field
+from torch.func import grad, jvp
+
+from .memory import State, _Axis
+
+
+@dataclass
+class TokenContext:
+    """What an optimizer sees at one token of one head."""
+
+    loss: Callable[[State], torch.Tensor]  # ℓ(M; k_t, v_t)
+    penalty: Callable[[State, State], torch.Tensor]  # R(M, M_prev)
+    lr: torch.Tensor  # η_t, scalar
+    eta: torch.Tensor | None  # momentum decay (Momentum only)
+    proximal: bool = False  # retention is a proximal term: Implicit adds R(M, M') to its objective
+
+
+def _axpy(a, x: State, y: State) -> State:
+    return tuple(yi + a * xi for xi, yi in zip(x, y))
+
+
+def _dot(x: State, y: State) -> torch.Tensor:
+    return sum((xi * yi).sum() for xi, yi in zip(x, y))
+
+
+def retain(ctx: TokenContext, state: State) -> State:
+    """One GD step on R alone at M_{t−1}: α_t M for L2 decay, identity for R ≡ const."""
+    g = grad(lambda s: ctx.penalty(s, state))(state)
+    return _axpy(-ctx.lr, g, state)
+
+
+class GD(_Axis):
+    """One gradient step on ℓ + R taken at M_{t−1} (eq. 2.58):
+
+        M_t = M_{t−1} − η_t ∇[ℓ + R](M_{t−1})
+    """
+
+    kind: Literal["gd"] = "gd"
+    lr: float = Field(1.0, gt=0.0, description="base learning rate; η_t = lr · β_t")
+
+    def update(self, ctx: TokenContext, state: State) -> State:
+        g = grad(lambda s: ctx.loss(s) + ctx.penalty(s, state))(state)
+        return _axpy(-ctx.lr, g, state)
+
+
+class RetainThenGD(_Axis):
+    """Apply retention first, then one GD step on ℓ at the retained state:
+
+        M' = M_{t−1} − η_t ∇R(M_{t−1})   (= α_t M_{t−1} for L2 decay)
+        M_t = M' − η_t ∇ℓ(M')            (published Gated DeltaNet ordering)
+    """
+
+    kind: Literal["retain_then_gd"] = "retain_then_gd"
+    lr: float = Field(1.0, gt=0.0, description="base learning rate; η_t = lr · β_t")
+
+    def update(self, ctx: TokenContext, state: State) -> State:
+        kept = retain(ctx, state)
+        return _axpy(-ctx.lr, grad(ctx.loss)(kept), kept)
+
+
+class Implicit(_Axis):
+    """Exact proximal (implicit GD) step after retention (Longhorn):
+
+        M_t = argmin_M ℓ(M) + 1/(2η_t) ‖M − M'‖²,   M' = retained M_{t−1}
+
+    (plus λ/2‖M − M'‖² when the retention is Proximal(λ)), solved by Newton's method with a conjugate-gradient inner solve on
+    Hessian-vector products (both from autograd). For quadratic biases (ℓ2)
+    one Newton step is exact and CG terminates in ≤ 2 iterations (the Hessian
+    is I/η + k kᵀ ⊗ I); more steps serve non-quadratic biases.
+    """
+
+    kind: Literal["implicit"] = "implicit"
+    lr: float = Field(1.0, gt=0.0, description="base step size; η_t = lr · β_t")
+    newton_steps: int = Field(1, gt=0, description="outer Newton iterations (1 is exact for ℓ2)")
+    cg_steps: int = Field(6, gt=0, description="conjugate-gradient iterations per Newton step")
+
+    def update(self, ctx: TokenContext, state: State) -> State:
+        anchor = retain(ctx, state)
+
+        def objective(s: State) -> torch.Tensor:
+            diff = _axpy(-1.0, anchor, s)
+            prox = ctx.penalty(s, anchor) if ctx.proximal else 0.0
+            return ctx.loss(s) + 0.5 * _dot(diff, diff) / ctx.lr + prox
+
+        m = anchor
+        for _ in range(self.newton_steps):
+            g = grad(objective)(m)
+            step = _conjugate_gradient(lambda p, m=m: jvp(grad(objective), (m,), (p,))[1], g, self.cg_steps)
+            m = _axpy(-1.0, step, m)
+        return m
+
+
+def _conjugate_gradient(hvp: Callable[[State], State], b: State, iters: int) -> State:
+    """Solve H x = b by CG with a fixed iteration count (vmap-safe: no branching)."""
+    tiny = torch.finfo(b[0].dtype).tiny
+    x = tuple(torch.zeros_like(t) for t in b)
+    r, p = b, b
+    rr = _dot(r, r)
+    for _ in range(iters):
+        hp = hvp(p)
+        a = rr / (_dot(p, hp) + tiny)
+        x = _axpy(a, p, x)
+        r = _axpy(-a, hp, r)
+        rr_new = _dot(r, r)
+        p = _axpy(rr_new / (rr + tiny), p, r)
+        rr = rr_new
+    return x
+
+
+class Momentum(_Axis):
+    """GD with momentum (Titans):
+
+        m_t = η_t m_{t−1} − θ_t ∇ℓ(M_{t−1})        (θ_t = lr · β_t)
+        M_t = retained M_{t−1} + m_t               (α_t M_{t−1} + m_t for L2 decay)
+    The momentum m has the memory's shape and is part of the state.
+    """
+
+    kind: Literal["momentum"] = "momentum"
+    lr: float = Field(1.0, gt=0.0, description="base learning rate; θ_t = lr · β_t")
+    eta: float = Field(0.9, ge=0.0, lt=1.0, description="momentum decay η when no per-token eta gate is given")
+
+    def update(self, ctx: TokenContext, state: State) -> State:
+        n = len(state) // 2
+        mem, mom = state[:n], state[n:]
+        g = grad(ctx.loss)(mem)
+        mom = _axpy(-ctx.lr, g, tuple(ctx.eta * m for m in mom))
+        kept = retain(ctx, mem)
+        return tuple(k + m for k, m in zip(kept, mom)) + mom
+
+
+class ClosedForm(_Axis):
+    """Exact minimiser of a weighted quadratic objective, accumulated over the
+    prefix as sufficient statistics (normalised spectral mean) or solved at
+    read time over a KV cache (Nadaraya–Watson). Curvature and linear term are
+    read off the bias with autograd: one Newton step from 0 is exact."""
+
+    kind: Literal["closed_form"] = "closed_form"
+
+
+Optimizer = GD | RetainThenGD | Implicit | Momentum | ClosedForm

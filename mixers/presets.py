@@ -1,0 +1,87 @@
+"""The preset registry: each published mixer is a spec, not separate code.
+
+    get_preset("gated_deltanet")  -> MixerSpec
+    list_presets()                -> names in registration order
+    register_preset(spec)         -> add your own (duplicate names are refused)
+
+Short aliases ("attn", "gdn", "swa", ...) resolve to preset names for layer patterns.
+"""
+from __future__ import annotations
+
+from assocmem.memories import (
+    GD, L2, CharacteristicFunction, ClosedForm, DotProduct, Huber, Implicit, L2Decay, Lp, Matrix,
+    Momentum, NadarayaWatson, NonParametric, NoRetention, RetainThenGD, Spectral, Window,
+)
+
+from .spec import LayerOptions, MixerSpec
+
+_PRESETS: dict[str, MixerSpec] = {}
+ALIASES: dict[str, str] = {
+    "attn": "softmax", "attention": "softmax", "gdn": "gated_deltanet", "swa": "sliding_window",
+    "la": "linear_attention", "delta": "deltanet", "mamba": "mamba2",
+}
+
+
+def register_preset(spec: MixerSpec) -> MixerSpec:
+    """Add a named spec to the registry; a name already taken is refused."""
+    if not spec.name:
+        raise ValueError("register_preset needs a spec with a name")
+    if spec.name in _PRESETS or spec.name in ALIASES:
+        raise ValueError(f"preset {spec.name!r} is already registered; choose another name")
+    _PRESETS[spec.name] = spec
+    return spec
+
+
+def list_presets() -> list[str]:
+    return list(_PRESETS)
+
+
+def get_preset(name: str) -> MixerSpec:
+    """The spec registered under ``name`` (or an alias such as 'gdn', 'attn')."""
+    key = ALIASES.get(name, name)
+    if key not in _PRESETS:
+        raise KeyError(f"unknown mixer preset {name!r}; choose one of {sorted(_PRESETS)} "
+                       f"or an alias {sorted(ALIASES)}")
+    return _PRESETS[key]
+
+
+def _layer(**kw) -> LayerOptions:
+    return LayerOptions(**kw)
+
+
+_DELTA_LAYER = dict(feature_map="silu", qk_norm="l2", lr_gate="sigmoid")
+_ATTN_LAYER = dict(short_conv=False, output_norm="none", rope=True)
+
+for _spec in [
+    MixerSpec(name="linear_attention", memory=Matrix(), bias=DotProduct(), retention=NoRetention(),
+              optimizer=GD(), layer=_layer(feature_map="elu_plus_one", output_norm="rmsnorm")),
+    MixerSpec(name="retnet", memory=Matrix(), bias=DotProduct(), retention=L2Decay(gate="fixed"),
+              optimizer=GD(), layer=_layer()),
+    MixerSpec(name="mamba2", memory=Matrix(), bias=DotProduct(), retention=L2Decay(gate="scalar"),
+              optimizer=GD(), layer=_layer(lr_gate="dt", scale=1.0, d_skip=True)),
+    MixerSpec(name="gla", memory=Matrix(), bias=DotProduct(), retention=L2Decay(gate="key"),
+              optimizer=GD(), layer=_layer()),
+    MixerSpec(name="deltanet", memory=Matrix(), bias=L2(), retention=NoRetention(),
+              optimizer=GD(), layer=_layer(**_DELTA_LAYER)),
+    MixerSpec(name="gated_deltanet", memory=Matrix(), bias=L2(), retention=L2Decay(gate="scalar"),
+              optimizer=RetainThenGD(), layer=_layer(**_DELTA_LAYER)),
+    MixerSpec(name="gated_deltanet_joint", memory=Matrix(), bias=L2(), retention=L2Decay(gate="scalar"),
+              optimizer=GD(), layer=_layer(**_DELTA_LAYER)),
+    MixerSpec(name="longhorn", memory=Matrix(), bias=L2(), retention=NoRetention(),
+              optimizer=Implicit(), layer=_layer(**_DELTA_LAYER)),
+    MixerSpec(name="softmax", memory=NonParametric(), bias=NadarayaWatson(), retention=NoRetention(),
+              optimizer=ClosedForm(), layer=_layer(**_ATTN_LAYER)),
+    MixerSpec(name="sliding_window", memory=NonParametric(), bias=NadarayaWatson(), retention=Window(size=64),
+              optimizer=ClosedForm(), layer=_layer(**_ATTN_LAYER)),
+    MixerSpec(name="sca", memory=Spectral(points=2), bias=CharacteristicFunction(), retention=NoRetention(),
+              optimizer=ClosedForm(), layer=_layer(output_norm="gated_rmsnorm")),
+    MixerSpec(name="titans_linear", memory=Matrix(), bias=L2(), retention=L2Decay(gate="scalar"),
+              optimizer=Momentum(eta=0.9), layer=_layer(**_DELTA_LAYER)),
+    MixerSpec(name="huber_delta", memory=Matrix(), bias=Huber(delta=1.0), retention=L2Decay(gate="scalar"),
+              optimizer=RetainThenGD(), layer=_layer(**_DELTA_LAYER)),
+    MixerSpec(name="lp_delta", memory=Matrix(), bias=Lp(p=3.0), retention=L2Decay(gate="scalar"),
+              optimizer=RetainThenGD(), layer=_layer(**_DELTA_LAYER)),
+    MixerSpec(name="ttt_linear", memory=Matrix(norm="layernorm_residual"), bias=L2(), retention=NoRetention(),
+              optimizer=GD(), layer=_layer(lr_gate="sigmoid", output_norm="rmsnorm")),
+]:
+    register_preset(_spec)

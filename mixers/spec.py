@@ -1,0 +1,118 @@
+"""MixerSpec: a sequence mixer as data.
+
+A spec is the tuple (memory, attentional bias, retention, optimizer) of the
+online-optimization view plus the layer options that say how a Mixer module
+produces q, k, v and the gates from its input. Specs round-trip through YAML
+and JSON; every axis value is tagged by its ``kind``.
+
+    spec = MixerSpec(memory=Matrix(), bias=Huber(delta=0.5),
+                     retention=L2Decay(gate="key"), optimizer=Momentum(eta=0.9))
+    MixerSpec.from_yaml(spec.to_yaml()) == spec
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from assocmem.memories import (
+    GD, L2, MLP, CharacteristicFunction, ClosedForm, Diagonal, DotProduct, Huber, Implicit, KL, L2Decay,
+    Lp, Matrix, Momentum, NadarayaWatson, NonParametric, NoRetention, Proximal, RetainThenGD, Spectral,
+    Window, algebra_class, check_axes,
+)
+
+MemoryField = Annotated[Matrix | Diagonal | MLP | NonParametric | Spectral, Field(discriminator="kind")]
+BiasField = Annotated[
+    DotProduct | L2 | Lp | Huber | NadarayaWatson | CharacteristicFunction, Field(discriminator="kind")
+]
+RetentionField = Annotated[NoRetention | L2Decay | Proximal | KL | Window, Field(discriminator="kind")]
+OptimizerField = Annotated[GD | RetainThenGD | Implicit | Momentum | ClosedForm, Field(discriminator="kind")]
+
+
+class LayerOptions(BaseModel):
+    """How a Mixer module turns x [B, T, d_model] into q, k, v and gates.
+
+    The decay gate's parameterisation follows the retention axis:
+    L2Decay(gate="scalar") → log α = −exp(A_log)·softplus(x W_a + dt_bias) (Mamba2/GDN);
+    gate="key" → log α = logsigmoid(x W_a)/16 per key (GLA); gate="fixed" →
+    log α_h = log(1 − 2^(−5−h)) (RetNet). With lr_gate="dt", β = Δ and
+    log α = Δ·A share Mamba2's Δ.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    num_heads: int = Field(4, gt=0, description="H, memory heads")
+    head_dim: int = Field(64, gt=0, description="K, key/query width per head")
+    expand_v: float = Field(1.0, gt=0, description="V = int(K · expand_v), value width per head")
+    feature_map: Literal["identity", "silu", "elu_plus_one", "relu"] = Field(
+        "identity", description="feature map φ applied to q and k after the short conv")
+    qk_norm: Literal["none", "l2"] = Field("none", description="'l2': unit-norm q and k per head (delta rule)")
+    short_conv: bool = Field(True, description="causal depthwise conv on q, k, v (+SiLU), carried in the decode state")
+    conv_size: int = Field(4, gt=0, description="short conv width")
+    lr_gate: Literal["none", "sigmoid", "dt"] = Field(
+        "none", description="β_t: none → 1, sigmoid → σ(x W_b), dt → Mamba2's Δ = softplus(x W + dt_bias)")
+    output_norm: Literal["none", "rmsnorm", "gated_rmsnorm"] = Field(
+        "gated_rmsnorm", description="per-head RMSNorm of o, optionally times SiLU(x W_g)")
+    scale: float | None = Field(None, description="query scale; None → K**-0.5")
+    d_skip: bool = Field(False, description="Mamba2's D·x skip")
+    num_kv_heads: int | None = Field(None, gt=0, description="attention: KV heads for GQA (None → num_heads)")
+    rope: bool = Field(True, description="attention: rotary position embedding")
+    rope_theta: float = Field(10000.0, gt=0, description="attention: RoPE base")
+    qk_rmsnorm: bool = Field(False, description="attention: RMSNorm on q and k per head (QK-norm)")
+    sca_expand: float = Field(1.5, gt=0, description="SCA: d_inner = d_model · sca_expand")
+    sca_out_expand: int = Field(3, gt=0, description="SCA: readout GLU width E = sca_out_expand · H")
+    sca_query_heads: int | None = Field(None, gt=0, description="SCA: query heads K_q (None → num_heads)")
+    sca_maxlen: int = Field(2048, gt=0, description="SCA: boundary of the time weight d(t) = max(maxlen−1−t, 0)")
+
+    @property
+    def value_dim(self) -> int:
+        return int(self.head_dim * self.expand_v)
+
+
+class MixerSpec(BaseModel):
+    """A sequence mixer: four axes of the online objective plus layer options."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str | None = Field(None, description="optional label (preset name or your own)")
+    memory: MemoryField = Field(default_factory=Matrix, description="memory representation M")
+    bias: BiasField = Field(default_factory=DotProduct, description="attentional bias ℓ(M; k, v)")
+    retention: RetentionField = Field(default_factory=NoRetention, description="retention regularizer R")
+    optimizer: OptimizerField = Field(default_factory=GD, description="how the per-token argmin is solved")
+    layer: LayerOptions = Field(default_factory=LayerOptions, description="projections, gates, norms")
+
+    @model_validator(mode="after")
+    def _compose(self) -> "MixerSpec":
+        check_axes(self)
+        square = isinstance(self.memory, Diagonal) or getattr(self.memory, "norm", "none") != "none"
+        if square and self.layer.value_dim != self.layer.head_dim:
+            raise ValueError(f"memory {self.memory.kind!r} needs V == K: layer.expand_v must be 1.0, "
+                             f"got {self.layer.expand_v}")
+        if self.layer.lr_gate == "dt" and not (isinstance(self.retention, L2Decay) and self.retention.gate == "scalar"):
+            raise ValueError("layer.lr_gate='dt' (Mamba2's shared Δ) needs retention l2_decay with gate='scalar'")
+        return self
+
+    @property
+    def algebra(self) -> str:
+        """Lowering class: hebbian, delta, diag_rank1, spectral, nonparametric or scan."""
+        return algebra_class(self)
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
+
+    @classmethod
+    def from_yaml(cls, source: str | Path) -> "MixerSpec":
+        """Parse YAML text or a path to a .yaml/.yml/.json file."""
+        text = Path(source).read_text() if _is_path(source) else str(source)
+        data = yaml.safe_load(text)
+        if not isinstance(data, dict):
+            raise ValueError(f"a MixerSpec document must be a mapping, got {type(data).__name__}")
+        return cls.model_validate(data)
+
+
+def _is_path(source: str | Path) -> bool:
+    if isinstance(source, Path):
+        return True
+    return "\n" not in source and source.endswith((".yaml", ".yml", ".json"))
