@@ -1,0 +1,105 @@
+"""Hand-written recurrences of the online-regression mixers with no parallel
+form: Titans' momentum memory, Yaad-style Huber, Moneta-style ℓp and
+TTT-Linear. Written from the published update rules (REFERENCES.md §1), in
+the op contract; the autograd derivation is checked against these.
+
+State S ∈ R^{K×V} (f_S(k) = Sᵀk; the papers' M = Sᵀ). Each step:
+    1. retain:  S' = α_t S_{t−1}                     (α_t = exp(log_alpha), 1 if absent)
+    2. error:   e_t = S'ᵀk_t − v_t                    (prediction error at the retained state)
+    3. write:   S_t = S' − β_t k_t g(e_t)ᵀ            (g from the bias)
+    4. read:    o_t = S_tᵀ(scale·q_t)
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["recurrent_huber_delta", "recurrent_lp_delta", "recurrent_titans", "recurrent_ttt_linear"]
+
+
+def _prep(q, k, v, log_alpha, beta, scale, initial_state):
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    S = q.new_zeros(B, H, K, V) if initial_state is None else initial_state.clone()
+    alpha = q.new_ones(B, T, H) if log_alpha is None else log_alpha.exp()
+    beta = q.new_ones(B, T, H) if beta is None else beta
+    scale = K ** -0.5 if scale is None else scale
+    return S, alpha, beta, scale
+
+
+def _error_driven(g, q, k, v, log_alpha, beta, scale, initial_state, output_final_state):
+    S, alpha, beta, scale = _prep(q, k, v, log_alpha, beta, scale, initial_state)
+    outs = []
+    for t in range(q.shape[1]):
+        kt, vt = k[:, t], v[:, t]  # (B, H, K), (B, H, V)
+        S = alpha[:, t, :, None, None] * S  # 1. retain
+        e = torch.einsum("bhk,bhkv->bhv", kt, S) - vt  # 2. error
+        S = S - beta[:, t, :, None, None] * kt[..., :, None] * g(e)[..., None, :]  # 3. write
+        outs.append(torch.einsum("bhk,bhkv->bhv", scale * q[:, t], S))  # 4. read
+    return torch.stack(outs, 1), (S if output_final_state else None)
+
+
+def recurrent_huber_delta(q, k, v, *, delta=1.0, log_alpha=None, beta=None, scale=None,
+                          initial_state=None, output_final_state=False):
+    """Huber attentional bias (Yaad-style): g(e) = clamp(e, −δ, δ), coordinate-wise."""
+    return _error_driven(lambda e: e.clamp(-delta, delta), q, k, v, log_alpha, beta, scale,
+                         initial_state, output_final_state)
+
+
+def recurrent_lp_delta(q, k, v, *, p=3.0, log_alpha=None, beta=None, scale=None,
+                       initial_state=None, output_final_state=False):
+    """ℓp attentional bias (Moneta-style), ℓ = ‖e‖_p^p: g(e) = p·sign(e)|e|^{p−1}."""
+    return _error_driven(lambda e: p * torch.sign(e) * e.abs().pow(p - 1), q, k, v, log_alpha, beta,
+                         scale, initial_state, output_final_state)
+
+
+def recurrent_titans(q, k, v, *, eta=None, momentum=0.9, log_alpha=None, beta=None, scale=None,
+                     initial_state=None, output_final_state=False):
+    """Titans' linear memory with momentum (REFERENCES §1), S in [K, V] layout:
+
+        1. m_t = η_t m_{t−1} − θ_t ∇ℓ(S_{t−1}),  ∇ℓ = k_t (S_{t−1}ᵀk_t − v_t)ᵀ   (θ_t = β_t)
+        2. S_t = α_t S_{t−1} + m_t
+        3. o_t = S_tᵀ(scale·q_t)
+    State is the pair (S, m); ``eta`` [B, T, H] or the constant ``momentum``.
+    """
+    B, T, H, K = q.shape
+    S0 = None if initial_state is None else initial_state[0]
+    S, alpha, beta, scale = _prep(q, k, v, log_alpha, beta, scale, S0)
+    m = torch.zeros_like(S) if initial_state is None else initial_state[1].clone()
+    eta = q.new_full((B, T, H), momentum) if eta is None else eta
+    outs = []
+    for t in range(T):
+        kt = k[:, t]
+        err = torch.einsum("bhk,bhkv->bhv", kt, S) - v[:, t]
+        m = eta[:, t, :, None, None] * m - beta[:, t, :, None, None] * kt[..., :, None] * err[..., None, :]
+        S = alpha[:, t, :, None, None] * S + m
+        outs.append(torch.einsum("bhk,bhkv->bhv", scale * q[:, t], S))
+    return torch.stack(outs, 1), ((S, m) if output_final_state else None)
+
+
+def recurrent_ttt_linear(q, k, v, *, beta=None, scale=None, initial_state=None, output_final_state=False,
+                         eps=1e-6):
+    """TTT-Linear with per-token (online, mini-batch size 1) updates (Sun et al. 2024):
+
+        f_S(x) = x + LN(Sᵀx)      ℓ = ½‖f_S(k_t) − v_t‖²
+        1. z = Sᵀk_t, n = LN(z) = (z − μ)/σ,  e = k_t + n − v_t
+        2. ∇_z ℓ = (1/σ)(e − mean(e) − n·mean(e ⊙ n))          (backprop through LayerNorm)
+        3. S_t = S_{t−1} − β_t k_t (∇_z ℓ)ᵀ
+        4. o_t = f_{S_t}(scale·q_t)
+    Requires K == V. The LayerNorm has no affine parameters (eps as in torch).
+    """
+    S, _, beta, scale = _prep(q, k, v, None, beta, scale, initial_state)
+    outs = []
+    for t in range(q.shape[1]):
+        kt = k[:, t]
+        z = torch.einsum("bhk,bhkv->bhv", kt, S)
+        mu, var = z.mean(-1, keepdim=True), z.var(-1, unbiased=False, keepdim=True)
+        sigma = torch.sqrt(var + eps)
+        n = (z - mu) / sigma
+        e = kt + n - v[:, t]
+        gz = (e - e.mean(-1, keepdim=True) - n * (e * n).mean(-1, keepdim=True)) / sigma
+        S = S - beta[:, t, :, None, None] * kt[..., :, None] * gz[..., None, :]
+        x = scale * q[:, t]
+        read = torch.einsum("bhk,bhkv->bhv", x, S)
+        outs.append(x + F.layer_norm(read, read.shape[-1:], eps=eps))
+    return torch.stack(outs, 1), (S if output_final_state else None)
