@@ -46,10 +46,12 @@ def derive(spec: AxesLike) -> "RecurrentStep":
 class RecurrentStep:
     """The derived recurrence of one spec; see the module docstring."""
 
-    def __init__(self, spec: AxesLike):
+    def __init__(self, spec: AxesLike, *, compile: bool = False):
         self.spec = spec
         self.cls = algebra_class(spec)
         self.needs: GateNeeds = gate_needs(spec)
+        self.compile = compile
+        self._token = None  # the fused (write, read) token function, built on first call
 
     def describe(self) -> str:
         """The closed form when the algebra is recognised, else 'generic gradient step'."""
@@ -68,8 +70,17 @@ class RecurrentStep:
         elif isinstance(self.spec.memory, NonParametric):
             o, S = _run_nonparametric(self.spec, q, k, v, scale, initial_state)
         else:
-            o, S = _run_parametric(self.spec, q, k, v, log_alpha, beta, eta, scale, initial_state)
+            o, S = _run_parametric(self.spec, self._token_fn(q, v), q, k, v, log_alpha, beta, eta, scale,
+                                   initial_state)
         return o, (S if output_final_state else None)
+
+    def _token_fn(self, q, v):
+        """vmap(batch) ∘ vmap(heads) of one token's write + read; torch.compile'd for the scan form."""
+        if self._token is None:
+            n_mem = len(self.spec.memory.init_state(q.shape[-1], v.shape[-1], q))
+            fused = vmap(vmap(_token_write_read(self.spec, n_mem)))
+            self._token = (torch.compile(fused, dynamic=False) if self.compile else fused, n_mem)
+        return self._token
 
 
 # ---------------------------------------------------------------- parametric
@@ -108,22 +119,32 @@ def _token_update(spec, n_mem: int):
     return update
 
 
-def _run_parametric(spec, q, k, v, log_alpha, beta, eta, scale, initial_state):
-    """Loop over time; per token, the vmapped (batch × heads) optimizer step, then the read."""
+def _token_write_read(spec, n_mem: int):
+    """One head, one token: the optimizer's write, then the read o = f_{M_t}(scale·q)."""
+    update = _token_update(spec, n_mem)
+
+    def token(state, q, k, v, alpha, lr, eta, scale):
+        state = update(state, k, v, alpha, lr, eta)
+        return state, spec.memory.predict(state[:n_mem], scale * q)
+
+    return token
+
+
+def _run_parametric(spec, token, q, k, v, log_alpha, beta, eta, scale, initial_state):
+    """Loop over time; per token, the vmapped (batch × heads) write and read."""
     B, T, H, K = q.shape
     V = v.shape[-1]
     state = _initial(spec, B, H, K, V, q, initial_state)
-    n_mem = len(spec.memory.init_state(K, V, q))
+    step, n_mem = token
     ones = q.new_ones(B, T, H)
     lr = spec.optimizer.lr * (ones if beta is None else beta)
     alpha = ones if log_alpha is None else torch.exp(log_alpha)
     mom = eta if eta is not None else ones * getattr(spec.optimizer, "eta", 0.0)
-    step = vmap(vmap(_token_update(spec, n_mem)))
-    read = vmap(vmap(lambda s, x: spec.memory.predict(s, x)))
+    sc = q.new_full((B, H), scale)
     outs = []
     for t in range(T):
-        state = step(state, k[:, t], v[:, t], alpha[:, t], lr[:, t], mom[:, t])
-        outs.append(read(state[:n_mem], scale * q[:, t]))  # (B, H, V)
+        state, o_t = step(state, q[:, t], k[:, t], v[:, t], alpha[:, t], lr[:, t], mom[:, t], sc)
+        outs.append(o_t)  # (B, H, V)
     o = torch.stack(outs, dim=1)  # (B, T, H, V)
     return o, (state[0] if len(state) == 1 else state)
 
