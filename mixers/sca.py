@@ -43,9 +43,10 @@ module follows the code, as the fixture requires):
     W_readout [K, 2H, 2E]: value = first E, gate = last E.
 11. No biases, no dropout, no attention mask, no anchor heads (Nautile uses
     none; ``num_anchor_heads`` is not supported here).
-12. Decode position: ``pos`` counts the tokens consumed and is NOT clamped (the
-    torch port clamps it at maxlen − 1, the JAX port does not; equal for decay
-    heads because d(t) is already 0 there).
+12. Decode position: ``pos`` counts the tokens consumed, is an int64 tensor
+    (the authors' port uses a float) and is NOT clamped (the torch port clamps it
+    at maxlen − 1, the JAX port does not; equal for decay heads because d(t) is
+    already 0 there).
 13. Precision: sums accumulate in float32 for float32/bf16 layers (float64 for
     float64), like the JAX training code; the authors' torch port computes in the
     module dtype.
