@@ -64,7 +64,8 @@ class RecurrentStep:
                  scale=None, initial_state=None, output_final_state=False):
         check_inputs(self.needs, q, k, v, log_alpha=log_alpha, beta=beta, eta=eta, theta=theta,
                       weights=weights, initial_state=initial_state)
-        scale = q.shape[-1] ** -0.5 if scale is None else scale
+        width = q.shape[3]  # K, or D for a spectral query [B, T, H, D, M, 2]
+        scale = width ** -0.5 if scale is None else scale
         if isinstance(self.spec.memory, Spectral):
             o, S = _run_spectral(self.spec, q, k, v, beta, theta, weights, scale, initial_state)
         elif isinstance(self.spec.memory, NonParametric):

@@ -23,6 +23,7 @@ from typing import Callable
 
 from assocmem.memories import Implicit, derive
 
+from .references import with_lr
 from .spec import MixerSpec
 
 FORMS: dict[str, tuple[str, ...]] = {
@@ -64,21 +65,9 @@ def lower(spec: MixerSpec, form: str = "auto") -> Form:
             f"({_why(cls, name)}); available forms: {list(forms)}"
         )
     fn = _build(spec, cls, name)
-    lr = getattr(spec.optimizer, "lr", 1.0)
-    if lr != 1.0 and cls in ("hebbian", "delta", "diag_rank1"):
-        fn = _scaled_lr(fn, lr)
+    if cls in ("hebbian", "delta", "diag_rank1"):
+        fn = with_lr(fn, getattr(spec.optimizer, "lr", 1.0))
     return Form(name, cls, fn, exact=name not in APPROXIMATE)
-
-
-def _scaled_lr(fn: Callable, lr: float) -> Callable:
-    """Hand-written forms take η_t = β_t; the optimizer's base lr makes η_t = lr·β_t."""
-
-    @functools.wraps(fn)
-    def scaled(q, k, v, *, beta=None, **kw):
-        beta = q.new_full(q.shape[:3], lr) if beta is None else lr * beta
-        return fn(q, k, v, beta=beta, **kw)
-
-    return scaled
 
 
 def _why(cls: str, name: str) -> str:

@@ -1,0 +1,220 @@
+"""External references written by others, used as independent oracles.
+
+Adapters map the project's op contract (q, k, v [B, T, H, D]; log_alpha;
+beta; scale; initial_state [B, H, K, V]) onto each reference's own layout and
+conventions. Nothing here is copied: the references are imported from their
+installed packages (transformers; fla-core's pure-torch naive files, loaded by
+path because ``import fla.ops`` needs triton).
+
+Precision: transformers' gated-delta references cast to float32 with
+``x.to(torch.float32)``. ``_in_float64`` re-binds the module-global ``torch``
+those functions see to a proxy whose ``float32`` is ``float64``, so with
+float64 inputs every operation runs in float64 in the original order (the
+technique the SCA fixture's author used on the original SCA code). References
+that cast with ``.float()`` (mamba2_chunk_scan, FLA naive files) run in
+float32 and are compared at a float32 tolerance.
+"""
+from __future__ import annotations
+
+import importlib.util
+import types
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from assocmem.memories import Implicit, L2Decay, NoRetention, window_of
+
+from .spec import MixerSpec
+
+F32_ATOL = 5e-5  # float32-internal references, O(1) inputs, T ≤ 128
+F64_ATOL = 1e-12
+
+
+@dataclass(frozen=True)
+class ExternalRef:
+    name: str
+    fn: Callable  # op contract
+    atol: float
+    initial_state: bool  # supports initial_state / final state
+
+
+class _Float64Torch(types.ModuleType):
+    """``torch`` with float32 meaning float64 (for references that hard-cast)."""
+
+    float32 = torch.float64
+
+    def __getattr__(self, name):
+        return getattr(torch, name)
+
+
+def _in_float64(fn: Callable) -> Callable:
+    fn = getattr(fn, "__wrapped__", fn)
+    glb = dict(fn.__globals__, torch=_Float64Torch("torch"))
+    out = types.FunctionType(fn.__code__, glb, fn.__name__, fn.__defaults__, fn.__closure__)
+    out.__kwdefaults__ = fn.__kwdefaults__
+    return out
+
+
+def _fla_naive(family: str) -> types.ModuleType | None:
+    """Load fla/ops/<family>/naive.py by path (None when fla-core is not installed)."""
+    spec = importlib.util.find_spec("fla")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(list(spec.submodule_search_locations)[0]) / "ops" / family / "naive.py"
+    if not path.exists():
+        return None
+    mod_spec = importlib.util.spec_from_file_location(f"_assocmem_fla_naive_{family}", path)
+    module = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(module)
+    return module
+
+
+def _rescale_q(q: torch.Tensor, scale: float | None) -> torch.Tensor:
+    """References with a fixed K**-0.5 scale: fold our scale into q."""
+    return q if scale is None else q * (scale / q.shape[-1] ** -0.5)
+
+
+def _fold_beta(v: torch.Tensor, beta: torch.Tensor | None) -> torch.Tensor:
+    """β k vᵀ = k (β v)ᵀ for hebbian references without a β argument."""
+    return v if beta is None else v * beta[..., None]
+
+
+# ------------------------------------------------------------------ transformers
+
+
+def _qwen3_next(kind: str) -> Callable | None:
+    try:
+        from transformers.models.qwen3_next import modeling_qwen3_next as m
+    except ImportError:
+        return None
+    ref = getattr(m, f"torch_{kind}_gated_delta_rule", None)
+    if ref is None:
+        return None
+    f32, f64 = getattr(ref, "__wrapped__", ref), _in_float64(ref)
+
+    def fn(q, k, v, *, log_alpha=None, beta=None, scale=None, initial_state=None, output_final_state=False):
+        g = q.new_zeros(q.shape[:3]) if log_alpha is None else log_alpha
+        impl = f64 if q.dtype == torch.float64 else f32
+        return impl(_rescale_q(q, scale), k, v, g=g, beta=beta, initial_state=initial_state,
+                    output_final_state=output_final_state)
+
+    return fn
+
+
+def _mamba2_chunk_scan() -> Callable | None:
+    try:
+        from transformers.models.mamba2.modeling_mamba2 import mamba2_chunk_scan
+    except ImportError:
+        return None
+
+    def fn(q, k, v, *, log_alpha, beta, scale=None, initial_state=None, output_final_state=False, chunk_size=16):
+        """Mamba2 = hebbian with q=C, k=B, v=x·dt, log a = dt·A, scale 1 (REFERENCES §2)."""
+        A = (log_alpha / beta)[0, 0]  # (H,): constant per head by construction of Mamba2's gates
+        if not torch.allclose(log_alpha, beta * A, atol=1e-12, rtol=1e-9):
+            raise ValueError("mamba2_chunk_scan needs log_alpha = beta·A with A constant per head")
+        sc = 1.0 if scale is None else scale
+        x = v / beta[..., None]
+        init = None if initial_state is None else initial_state.transpose(-1, -2)  # (B, H, V, K)
+        out = mamba2_chunk_scan(x, beta, A, k, q * sc, chunk_size, initial_states=init,
+                                return_final_states=output_final_state)
+        if output_final_state:
+            y, final = out
+            return y, final.transpose(-1, -2)
+        return (out[0] if isinstance(out, tuple) else out), None
+
+    return fn
+
+
+# ------------------------------------------------------------------ FLA naive
+
+
+def _fla_refs(spec: MixerSpec) -> list[ExternalRef]:
+    cls, r = spec.algebra, spec.retention
+    out: list[ExternalRef] = []
+    if cls == "hebbian":
+        out += _fla_hebbian(r)
+    elif cls == "delta" and not isinstance(spec.optimizer, Implicit):
+        out += _fla_delta(r)
+    elif cls == "nonparametric":
+        mod = _fla_naive("attn")
+        if mod is not None:
+            w = window_of(spec)
+
+            def attn(q, k, v, *, scale=None, initial_state=None, output_final_state=False):
+                o = mod.naive_parallel_attn(q, k, v, scale=scale, window_size=w, causal=True)
+                return (o[0] if isinstance(o, tuple) else o), None
+
+            out.append(ExternalRef("fla:attn/naive_parallel_attn", attn, F32_ATOL, False))
+    return out
+
+
+def _fla_hebbian(r) -> list[ExternalRef]:
+    out = []
+    if isinstance(r, NoRetention) and (mod := _fla_naive("linear_attn")) is not None:
+        def la(q, k, v, *, beta=None, scale=None, initial_state=None, output_final_state=False):
+            return mod.naive_recurrent_linear_attn(q, k, _fold_beta(v, beta), scale=scale,
+                                                   initial_state=initial_state, output_final_state=output_final_state)
+
+        out.append(ExternalRef("fla:linear_attn/naive_recurrent_linear_attn", la, F32_ATOL, True))
+    if isinstance(r, L2Decay) and r.gate != "key" and (mod := _fla_naive("simple_gla")) is not None:
+        def sg(q, k, v, *, log_alpha, beta=None, scale=None, initial_state=None, output_final_state=False):
+            o, S = mod.naive_recurrent_simple_gla(q, k, _fold_beta(v, beta), log_alpha, scale=scale,
+                                                  initial_state=initial_state, output_final_state=True)
+            return o, (S if output_final_state else None)
+
+        def sgc(q, k, v, *, log_alpha, beta=None, scale=None, initial_state=None, output_final_state=False):
+            return mod.naive_chunk_simple_gla(q, k, _fold_beta(v, beta), log_alpha, initial_state=initial_state,
+                                              output_final_state=output_final_state, chunk_size=16, scale=scale)
+
+        out += [ExternalRef("fla:simple_gla/naive_recurrent_simple_gla", sg, F32_ATOL, True),
+                ExternalRef("fla:simple_gla/naive_chunk_simple_gla", sgc, F32_ATOL, True)]
+    if isinstance(r, L2Decay) and r.gate == "key" and (mod := _fla_naive("gla")) is not None:
+        def gla(q, k, v, *, log_alpha, beta=None, scale=None, initial_state=None, output_final_state=False):
+            return mod.naive_recurrent_gla(_rescale_q(q, scale), k, _fold_beta(v, beta), log_alpha,
+                                           initial_state=initial_state, output_final_state=output_final_state)
+
+        out.append(ExternalRef("fla:gla/naive_recurrent_gla", gla, F32_ATOL, True))
+    return out
+
+
+def _fla_delta(r) -> list[ExternalRef]:
+    out = []
+    if isinstance(r, NoRetention) and (mod := _fla_naive("delta_rule")) is not None:
+        def dr(q, k, v, *, beta, scale=None, initial_state=None, output_final_state=False):
+            t = lambda x: x.transpose(1, 2)  # noqa: E731  (B, T, H, D) <-> (B, H, T, D)
+            o, S = mod.delta_rule_recurrence(t(_rescale_q(q, scale)), t(k), t(v), t(beta),
+                                             initial_state=initial_state, output_final_state=True)
+            return t(o), (S if output_final_state else None)
+
+        out.append(ExternalRef("fla:delta_rule/delta_rule_recurrence", dr, F32_ATOL, True))
+    if (mod := _fla_naive("gated_delta_rule")) is not None:
+        def g(log_alpha, q):
+            return q.new_zeros(q.shape[:3]) if log_alpha is None else log_alpha
+
+        def gdr(q, k, v, *, log_alpha=None, beta, scale=None, initial_state=None, output_final_state=False):
+            return mod.naive_recurrent_gated_delta_rule(q, k, v, beta, g(log_alpha, q), scale=scale,
+                                                        initial_state=initial_state,
+                                                        output_final_state=output_final_state)
+
+        def gdc(q, k, v, *, log_alpha=None, beta, scale=None, initial_state=None, output_final_state=False):
+            return mod.naive_chunk_gated_delta_rule(q, k, v, g(log_alpha, q), beta, chunk_size=16, scale=scale,
+                                                    initial_state=initial_state, output_final_state=output_final_state)
+
+        out += [ExternalRef("fla:gated_delta_rule/naive_recurrent_gated_delta_rule", gdr, F32_ATOL, True),
+                ExternalRef("fla:gated_delta_rule/naive_chunk_gated_delta_rule", gdc, F32_ATOL, True)]
+    return out
+
+
+def external_references(spec: MixerSpec) -> list[ExternalRef]:
+    """Every installed external reference that computes ``spec``'s recurrence."""
+    refs: list[ExternalRef] = []
+    cls = spec.algebra
+    if cls == "delta" and not isinstance(spec.optimizer, Implicit):
+        for kind in ("chunk", "recurrent"):
+            if (fn := _qwen3_next(kind)) is not None:
+                refs.append(ExternalRef(f"transformers:qwen3_next.torch_{kind}_gated_delta_rule", fn, F64_ATOL, True))
+    if cls == "hebbian" and spec.layer.lr_gate == "dt" and (fn := _mamba2_chunk_scan()) is not None:
+        refs.append(ExternalRef("transformers:mamba2.mamba2_chunk_scan", fn, F32_ATOL, True))
+    return refs + _fla_refs(spec)
