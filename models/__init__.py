@@ -1,0 +1,15 @@
+"""Hybrid language models from composed specs: blocks, HF integration, caches, presets.
+
+Importing this package registers AssocMemConfig / AssocMemForCausalLM with
+transformers' AutoConfig / AutoModel / AutoModelForCausalLM (model_type "assocmem").
+"""
+from .blocks import Block, SwiGLU
+from .cache import AssocMemCache
+from .config import HybridConfig
+from .modeling import AssocMemConfig, AssocMemForCausalLM, AssocMemModel
+from .presets import build_model, get_model_preset, list_model_presets
+
+__all__ = [
+    "HybridConfig", "AssocMemConfig", "AssocMemModel", "AssocMemForCausalLM", "AssocMemCache",
+    "Block", "SwiGLU", "build_model", "get_model_preset", "list_model_presets",
+]

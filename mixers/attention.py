@@ -1,0 +1,141 @@
+"""Softmax attention module: the NonParametric + NadarayaWatson mixer.
+
+    q = RoPE(norm(x W_q)), k = RoPE(norm(x W_k)), v = x W_v      [B, T, H(kv), D]
+    o = softmax-attention(q, k, v) over the KV cache               (mixers/ops/attention.py)
+    y = o W_o
+
+RoPE (Su et al. 2021) rotates pairs (i, i + K/2) of each head by angle
+pos · θ^(−2i/K); QK-norm is a per-head RMSNorm on q and k before RoPE; GQA
+shares each kv head between H / Hkv query heads.
+
+Decode state (``AttentionState``): the rotated keys and the values of every
+pair kept so far, which of them are real tokens (padding is masked out), and
+the next position of each sequence (positions count real tokens only, so a
+left-padded row gets the same RoPE angles as the unpadded sequence).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .ops.attention import recurrent_softmax_attention, sdpa_softmax_attention
+
+ATTENTION_FORMS = {"sdpa": sdpa_softmax_attention, "recurrent": recurrent_softmax_attention}
+
+
+class AttentionState(NamedTuple):
+    """KV cache of one attention layer.
+
+    keys [B, Hkv, N, K] (after RoPE), values [B, Hkv, N, V], valid [B, N] bool
+    (False = padding), pos [B] long (number of real tokens consumed).
+    """
+
+    keys: torch.Tensor
+    values: torch.Tensor
+    valid: torch.Tensor
+    pos: torch.Tensor
+
+
+class RMSNorm(nn.Module):
+    """y = x / sqrt(mean(x²) + eps) · w over the last axis (Zhang & Sennrich 2019)."""
+
+    def __init__(self, dim: int, eps: float = 1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def rope_angles(pos: torch.Tensor, dim: int, theta: float, dtype: torch.dtype):
+    """cos, sin of pos · θ^(−2i/dim), i < dim/2: pos [B, T] -> [B, T, 1, dim/2] each."""
+    work = torch.float64 if dtype == torch.float64 else torch.float32
+    inv_freq = theta ** (-torch.arange(0, dim, 2, device=pos.device, dtype=work) / dim)  # [dim/2]
+    ang = pos.to(work)[..., None] * inv_freq  # [B, T, dim/2]
+    return ang.cos().to(dtype)[:, :, None], ang.sin().to(dtype)[:, :, None]
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate the pairs (x_i, x_{i+K/2}) of x [B, T, H, K] by the angles in cos/sin."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+class Attention(nn.Module):
+    """Multi-head causal softmax attention with RoPE, GQA, optional QK-norm and window."""
+
+    def __init__(self, d_model: int, *, num_heads: int, head_dim: int, num_kv_heads: int | None = None,
+                 value_dim: int | None = None, rope: bool = True, rope_theta: float = 10000.0,
+                 qk_rmsnorm: bool = False, window: int | None = None, scale: float | None = None,
+                 form: str = "sdpa", layer_idx: int | None = None):
+        super().__init__()
+        kv = num_heads if num_kv_heads is None else num_kv_heads
+        if num_heads % kv:
+            raise ValueError(f"num_heads ({num_heads}) must be a multiple of num_kv_heads ({kv})")
+        if rope and head_dim % 2:
+            raise ValueError(f"RoPE needs an even head_dim, got {head_dim}")
+        if form not in ATTENTION_FORMS:
+            raise ValueError(f"attention form {form!r} is not available; choose one of {sorted(ATTENTION_FORMS)}")
+        self.H, self.Hkv, self.K = num_heads, kv, head_dim
+        self.V = head_dim if value_dim is None else value_dim
+        self.rope, self.rope_theta, self.window, self.scale = rope, rope_theta, window, scale
+        self.form, self.layer_idx = form, layer_idx
+        self.q_proj = nn.Linear(d_model, self.H * self.K, bias=False)
+        self.k_proj = nn.Linear(d_model, self.Hkv * self.K, bias=False)
+        self.v_proj = nn.Linear(d_model, self.Hkv * self.V, bias=False)
+        self.o_proj = nn.Linear(self.H * self.V, d_model, bias=False)
+        self.q_norm = RMSNorm(self.K) if qk_rmsnorm else None
+        self.k_norm = RMSNorm(self.K) if qk_rmsnorm else None
+
+    def state_size(self, seq_len: int = 1) -> int:
+        """Floats held per sequence after ``seq_len`` tokens (the cache grows with T)."""
+        n = seq_len if self.window is None else min(seq_len, self.window)
+        return n * self.Hkv * (self.K + self.V)
+
+    def _positions(self, B, T, mask, state, device):
+        """Absolute positions [B, T] counting real tokens only, and the next position [B]."""
+        pos0 = torch.zeros(B, dtype=torch.long, device=device) if state is None else state.pos
+        if mask is None:
+            return pos0[:, None] + torch.arange(T, device=device), pos0 + T
+        steps = mask.long().cumsum(1)  # [B, T]
+        return pos0[:, None] + (steps - 1).clamp(min=0), pos0 + steps[:, -1]
+
+    def forward(self, x: torch.Tensor, *, state: AttentionState | None = None, mask: torch.Tensor | None = None,
+                return_state: bool = True):
+        """x [B, T, d_model]; mask [B, T] bool (True = real token) or None.
+
+        Returns (y [B, T, d_model], AttentionState or None).
+        """
+        B, T, _ = x.shape
+        q = self.q_proj(x).view(B, T, self.H, self.K)
+        k = self.k_proj(x).view(B, T, self.Hkv, self.K)
+        v = self.v_proj(x).view(B, T, self.Hkv, self.V)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        pos, next_pos = self._positions(B, T, mask, state, x.device)
+        if self.rope:
+            cos, sin = rope_angles(pos, self.K, self.rope_theta, q.dtype)
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        prefix = None if state is None else (state.keys, state.values)
+        valid = self._valid(B, T, mask, state, x.device)
+        key_mask = None if valid is None or bool(valid.all()) else valid
+        o, kv = ATTENTION_FORMS[self.form](q, k, v, scale=self.scale, window=self.window, initial_state=prefix,
+                                           output_final_state=return_state, key_mask=key_mask)
+        y = self.o_proj(o.reshape(B, T, self.H * self.V))
+        if not return_state:
+            return y, None
+        if valid is None:
+            valid = torch.ones(B, kv[0].shape[2], dtype=torch.bool, device=x.device)
+        return y, AttentionState(kv[0], kv[1], valid[:, -kv[0].shape[2]:], next_pos)
+
+    @staticmethod
+    def _valid(B, T, mask, state, device):
+        """Real-token flags of cache + new pairs [B, N + T], or None when all are real and no cache."""
+        new = torch.ones(B, T, dtype=torch.bool, device=device) if mask is None else mask.bool()
+        if state is None:
+            return None if mask is None else new
+        return torch.cat([state.valid, new], dim=1)

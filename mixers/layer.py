@@ -1,0 +1,176 @@
+"""Mixer modules: from a MixerSpec to an nn.Module.
+
+    build_mixer(spec, d_model)  ->  Attention  (NonParametric memory: softmax / sliding window)
+                                    SCALayer   (Spectral memory: the Nautile SCA layer)
+                                    Mixer      (every parametric memory)
+
+Every module has ``forward(x, *, state=None) -> (y, state)`` and ``state_size()``.
+
+The generic recurrent ``Mixer`` (FLA/GDN-style layer around the spec's op):
+
+    1. q, k, v = x W_q, x W_k, x W_v                      [B, T, H, K], [B, T, H, K], [B, T, H, V]
+    2. short causal depthwise conv + SiLU on (q, k, v)   (conv buffer carried in the state)
+    3. q, k = φ(q), φ(k); optional L2 norm per head      (layer.feature_map, layer.qk_norm)
+    4. gates from x:  log α (retention L2Decay), β (layer.lr_gate)
+         scalar: log α = −exp(A_log)·softplus(x W_a + dt_bias)     key: log α = logsigmoid(x W_a)/16
+         fixed:  log α_h = log(1 − 2^(−5−h))                        dt: Δ = softplus(x W_dt + dt_bias),
+         sigmoid: β = σ(x W_b)                                           log α = −exp(A_log)·Δ, β = Δ
+    5. o, S = lower(spec, form).fn(q, k, v, log_alpha, beta, scale, initial_state=S)
+    6. o += D·v (layer.d_skip); o = RMSNorm_head(o) [· SiLU(x W_g)]; y = o W_o
+
+Decoding: a call with a state and T == 1 is a decode step and runs the class's
+"recurrent" form (the hand-written recurrence, equal to every other form);
+all other calls run ``form``. Both are O(1) in the prefix length.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from assocmem.memories import L2Decay, Momentum, NonParametric, Spectral, window_of
+
+from .attention import Attention
+from .conv import ShortConv
+from .lower import lower
+from .sca import SCALayer
+from .spec import MixerSpec
+
+FEATURE_MAPS = {
+    "identity": lambda t: t,
+    "silu": F.silu,
+    "elu_plus_one": lambda t: F.elu(t) + 1.0,
+    "relu": F.relu,
+}
+
+
+class MixerState(NamedTuple):
+    """Decode state of a recurrent Mixer: the op's memory state and the conv buffer (or None)."""
+
+    memory: Any  # [B, H, K, V] or a tuple of tensors (MLP / momentum memories)
+    conv: torch.Tensor | None  # [B, conv_size − 1, H(2K + V)]
+
+
+def build_mixer(spec: MixerSpec, d_model: int, *, form: str = "auto", layer_idx: int | None = None) -> nn.Module:
+    """The nn.Module of ``spec`` at width ``d_model`` (see the module docstring)."""
+    if not isinstance(spec, MixerSpec):
+        raise TypeError(f"spec must be a MixerSpec, got {type(spec).__name__}")
+    o = spec.layer
+    if isinstance(spec.memory, NonParametric):
+        name = lower(spec, form).name  # validates the form name against the class
+        return Attention(d_model, num_heads=o.num_heads, head_dim=o.head_dim, num_kv_heads=o.num_kv_heads,
+                         value_dim=o.value_dim, rope=o.rope, rope_theta=o.rope_theta, qk_rmsnorm=o.qk_rmsnorm,
+                         window=window_of(spec), scale=o.scale, form=name, layer_idx=layer_idx)
+    if isinstance(spec.memory, Spectral):
+        name = lower(spec, form).name
+        return SCALayer(d_model, o.num_heads, num_query_heads=o.sca_query_heads, num_thetas=spec.memory.points,
+                        conv_kernel_size=o.conv_size, expand_factor=o.sca_expand,
+                        out_expand_factor=o.sca_out_expand, maxlen=o.sca_maxlen, form=name)
+    return Mixer(spec, d_model, form=form, layer_idx=layer_idx)
+
+
+class Mixer(nn.Module):
+    """Generic recurrent mixer around the op of a parametric-memory spec."""
+
+    def __init__(self, spec: MixerSpec, d_model: int, *, form: str = "auto", layer_idx: int | None = None):
+        super().__init__()
+        o = spec.layer
+        self.spec, self.layer_idx = spec, layer_idx
+        self.H, self.K, self.V = o.num_heads, o.head_dim, o.value_dim
+        self.form = lower(spec, form)
+        self.step_form = lower(spec, "recurrent")
+        self.feature_map = FEATURE_MAPS[o.feature_map]
+        width = self.H * (2 * self.K + self.V)
+        self.qkv_proj = nn.Linear(d_model, width, bias=False)
+        self.conv = ShortConv(width, o.conv_size) if o.short_conv else None
+        self._build_gates(spec, d_model)
+        self.D = nn.Parameter(torch.ones(self.H)) if o.d_skip else None
+        self.norm_weight = nn.Parameter(torch.ones(self.V)) if o.output_norm != "none" else None
+        self.g_proj = nn.Linear(d_model, self.H * self.V, bias=False) if o.output_norm == "gated_rmsnorm" else None
+        self.o_proj = nn.Linear(self.H * self.V, d_model, bias=False)
+
+    # ------------------------------------------------------------ gates
+    def _build_gates(self, spec: MixerSpec, d_model: int) -> None:
+        o, r, H = spec.layer, spec.retention, self.H
+        self.decay = r.gate if isinstance(r, L2Decay) else None  # None | scalar | key | fixed
+        self.a_proj = self.A_log = self.dt_bias = self.b_proj = None
+        if self.decay == "scalar" or o.lr_gate == "dt":
+            self.a_proj = nn.Linear(d_model, H, bias=False)  # W_a (or W_dt with lr_gate="dt")
+            self.A_log = nn.Parameter(torch.empty(H))
+            self.dt_bias = nn.Parameter(torch.empty(H))
+        elif self.decay == "key":
+            self.a_proj = nn.Linear(d_model, H * self.K, bias=False)
+        if o.lr_gate == "sigmoid":
+            self.b_proj = nn.Linear(d_model, H, bias=False)
+        self.reset_gates()
+
+    def reset_gates(self) -> None:
+        """Mamba2's init: A ~ U[1, 16], dt ~ logU[1e-3, 1e-1] stored as softplus⁻¹(dt)."""
+        if self.A_log is None:
+            return
+        with torch.no_grad():
+            self.A_log.copy_(torch.empty(self.H).uniform_(1.0, 16.0).log())
+            dt = torch.exp(torch.empty(self.H).uniform_(math.log(1e-3), math.log(1e-1)))
+            self.dt_bias.copy_(dt + torch.log(-torch.expm1(-dt)))
+
+    def gates(self, x: torch.Tensor) -> dict[str, torch.Tensor | None]:
+        """log_alpha ([B, T, H] or [B, T, H, K]) and beta [B, T, H] from x [B, T, d_model]."""
+        B, T, _ = x.shape
+        log_alpha = beta = None
+        if self.spec.layer.lr_gate == "dt":
+            dt = F.softplus(self.a_proj(x) + self.dt_bias)  # Δ [B, T, H]
+            log_alpha, beta = -torch.exp(self.A_log) * dt, dt
+        elif self.decay == "scalar":
+            log_alpha = -torch.exp(self.A_log) * F.softplus(self.a_proj(x) + self.dt_bias)
+        elif self.decay == "key":
+            log_alpha = F.logsigmoid(self.a_proj(x)).view(B, T, self.H, self.K) / 16.0
+        elif self.decay == "fixed":
+            h = torch.arange(self.H, device=x.device, dtype=x.dtype)
+            log_alpha = torch.log1p(-torch.exp2(-5.0 - h)).expand(B, T, self.H)
+        if self.b_proj is not None:
+            beta = torch.sigmoid(self.b_proj(x))
+        return {"log_alpha": log_alpha, "beta": beta}
+
+    # ------------------------------------------------------------ state
+    def state_size(self) -> int:
+        """Floats held per sequence: the memory (twice with momentum) and the conv buffer."""
+        per_head = self.spec.memory.state_floats(self.K, self.V)
+        if isinstance(self.spec.optimizer, Momentum):
+            per_head *= 2
+        conv = 0 if self.conv is None else (self.conv.size - 1) * self.conv.channels
+        return self.H * per_head + conv
+
+    # ------------------------------------------------------------ forward
+    def forward(self, x: torch.Tensor, *, state: MixerState | None = None, return_state: bool = True):
+        """x [B, T, d_model] -> (y [B, T, d_model], MixerState or None)."""
+        B, T, _ = x.shape
+        if state is not None and not isinstance(state, MixerState):
+            raise TypeError(f"state must be a MixerState from this mixer, got {type(state).__name__}")
+        qkv = self.qkv_proj(x)  # [B, T, H(2K + V)]
+        conv_state = None
+        if self.conv is not None:
+            qkv, conv_state = self.conv(qkv, None if state is None else state.conv)
+        q, k, v = qkv.split([self.H * self.K, self.H * self.K, self.H * self.V], dim=-1)
+        q = self.feature_map(q.view(B, T, self.H, self.K))
+        k = self.feature_map(k.view(B, T, self.H, self.K))
+        v = v.view(B, T, self.H, self.V)
+        if self.spec.layer.qk_norm == "l2":
+            q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
+        fn = self.step_form.fn if state is not None and T == 1 else self.form.fn
+        o, memory = fn(q, k, v, **self.gates(x), scale=self.spec.layer.scale,
+                       initial_state=None if state is None else state.memory, output_final_state=return_state)
+        y = self.o_proj(self._output(o, v, x).reshape(B, T, self.H * self.V))
+        return y, (MixerState(memory, conv_state) if return_state else None)
+
+    def _output(self, o: torch.Tensor, v: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """D skip, per-head RMSNorm and SiLU output gate: o [B, T, H, V] -> [B, T, H, V]."""
+        if self.D is not None:
+            o = o + self.D[:, None] * v
+        if self.norm_weight is not None:
+            o = o * torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + 1e-6) * self.norm_weight
+        if self.g_proj is not None:
+            o = o * F.silu(self.g_proj(x)).view_as(o)
+        return o

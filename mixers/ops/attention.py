@@ -1,0 +1,142 @@
+"""Softmax attention as a nonparametric associative memory (Nadaraya–Watson).
+
+The memory is the KV cache {(k_i, v_i)}; the read-out is the closed-form
+minimiser of the Nadaraya–Watson objective (thesis §2.4, softmax as kernel
+regression):
+
+    o_t = argmin_o Σ_{i ≤ t} e^{s·q_tᵀk_i} ‖o − v_i‖²  =  Σ_i softmax_i(s·q_tᵀk_i) v_i      (1)
+
+With a window w the memory keeps only the last w pairs, so query t reads the
+keys t−w+1 … t (itself included).
+
+Layout (project op contract):
+    q: [B, T, H, K]      k: [B, T, Hkv, K]      v: [B, T, Hkv, V]      o: [B, T, H, V]
+    state = (keys [B, Hkv, N, K], values [B, Hkv, N, V]): the cache of the N pairs seen before.
+GQA: query head h reads kv head h // (H // Hkv).
+
+``key_mask`` [B, N + T] (bool, True = a real token) removes padded pairs from
+the memory. A query always sees its own pair, so a padded query reads a finite
+value (which callers ignore) instead of NaN.
+
+Two forms with the same signature:
+    recurrent_softmax_attention  the recurrence, one token at a time (reference)
+    sdpa_softmax_attention       one masked call of F.scaled_dot_product_attention
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+State = tuple[torch.Tensor, torch.Tensor]
+
+__all__ = ["recurrent_softmax_attention", "sdpa_softmax_attention", "attention_mask"]
+
+
+def _check(q, k, v, window, initial_state, key_mask) -> int:
+    """Validate shapes; return N, the number of cached pairs."""
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise ValueError(f"q, k, v must be [B, T, H, D]; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    B, T, H, K = q.shape
+    if k.shape[:2] != (B, T) or k.shape[3] != K or v.shape[:3] != k.shape[:3]:
+        raise ValueError(f"k must be [B, T, Hkv, K] and v [B, T, Hkv, V] matching q {tuple(q.shape)}; "
+                         f"got k {tuple(k.shape)}, v {tuple(v.shape)}")
+    if H % k.shape[2]:
+        raise ValueError(f"query heads ({H}) must be a multiple of kv heads ({k.shape[2]})")
+    if window is not None and window < 1:
+        raise ValueError(f"window must be a positive int or None, got {window}")
+    N = 0
+    if initial_state is not None:
+        keys, values = initial_state
+        if keys.shape[:2] != (B, k.shape[2]) or keys.shape[3] != K or values.shape[:3] != keys.shape[:3]:
+            raise ValueError(f"initial_state must be (keys [B, Hkv, N, K], values [B, Hkv, N, V]) for "
+                             f"B={B}, Hkv={k.shape[2]}, K={K}; got {tuple(keys.shape)}, {tuple(values.shape)}")
+        N = keys.shape[2]
+    if key_mask is not None and tuple(key_mask.shape) != (B, N + T):
+        raise ValueError(f"key_mask must be [B, N + T] = [{B}, {N + T}], got {tuple(key_mask.shape)}")
+    return N
+
+
+def _concat(k, v, initial_state) -> State:
+    """All pairs as [B, Hkv, N + T, D]: the cache followed by the new ones."""
+    keys, values = k.transpose(1, 2), v.transpose(1, 2)  # [B, Hkv, T, D]
+    if initial_state is not None:
+        keys = torch.cat([initial_state[0], keys], dim=2)
+        values = torch.cat([initial_state[1], values], dim=2)
+    return keys, values
+
+
+def _final(keys, values, window, output_final_state):
+    if not output_final_state:
+        return None
+    if window is not None:
+        keys, values = keys[:, :, -window:], values[:, :, -window:]
+    return keys.contiguous(), values.contiguous()
+
+
+def attention_mask(T: int, N: int, *, window=None, key_mask=None, device=None) -> torch.Tensor:
+    """Boolean mask [B or 1, 1, T, N + T]: query i (absolute slot N + i) may read key j.
+
+    causal: j ≤ N + i; window: j > N + i − window; key_mask: key j is real (or j is the query itself).
+    """
+    qpos = torch.arange(T, device=device)[:, None] + N  # [T, 1]
+    kpos = torch.arange(N + T, device=device)[None, :]  # [1, N + T]
+    allowed = kpos <= qpos
+    if window is not None:
+        allowed = allowed & (kpos > qpos - window)
+    allowed = allowed[None, None]  # [1, 1, T, N + T]
+    if key_mask is not None:
+        allowed = allowed & (key_mask[:, None, None, :].bool() | (kpos == qpos)[None, None])
+    return allowed
+
+
+def recurrent_softmax_attention(q, k, v, *, scale=None, window=None, initial_state=None,
+                                output_final_state=False, key_mask=None):
+    """Eq. (1) token by token: write (k_t, v_t), evict beyond the window, read with q_t.
+
+    Returns (o [B, T, H, V], state or None).
+    """
+    N = _check(q, k, v, window, initial_state, key_mask)
+    B, T, H, K = q.shape
+    rep = H // k.shape[2]
+    scale = K ** -0.5 if scale is None else scale
+    keys, values = _concat(k, v, initial_state)  # [B, Hkv, N + T, D]
+    valid = torch.ones(B, N + T, dtype=torch.bool, device=q.device) if key_mask is None else key_mask.bool()
+    outs = []
+    for t in range(T):
+        end = N + t + 1                                   # 1. the memory holds pairs [0, end)
+        start = 0 if window is None else max(0, end - window)  # 2. keep the last `window` pairs
+        kt = keys[:, :, start:end].repeat_interleave(rep, dim=1)    # [B, H, n, K]
+        vt = values[:, :, start:end].repeat_interleave(rep, dim=1)  # [B, H, n, V]
+        mask = valid[:, start:end].clone()
+        mask[:, -1] = True                                # a query always sees itself
+        s = scale * torch.einsum("bhk,bhnk->bhn", q[:, t], kt)      # 3. similarities s·qᵀk_i
+        s = s.masked_fill(~mask[:, None, :], float("-inf"))
+        p = torch.softmax(s, dim=-1)                      # 4. Nadaraya–Watson weights
+        outs.append(torch.einsum("bhn,bhnv->bhv", p, vt))  # 5. weighted mean of the values
+    o = torch.stack(outs, dim=1)  # [B, T, H, V]
+    return o, _final(keys, values, window, output_final_state)
+
+
+def sdpa_softmax_attention(q, k, v, *, scale=None, window=None, initial_state=None,
+                           output_final_state=False, key_mask=None):
+    """Eq. (1) for all T queries at once with ``F.scaled_dot_product_attention``.
+
+    The cache (initial_state) is prepended to the new pairs; the mask is causal,
+    optionally windowed and key-padded. Returns (o [B, T, H, V], state or None).
+    """
+    N = _check(q, k, v, window, initial_state, key_mask)
+    B, T, H, K = q.shape
+    rep = H // k.shape[2]
+    keys, values = _concat(k, v, initial_state)  # [B, Hkv, N + T, D]
+    qh = q.transpose(1, 2)  # [B, H, T, K]
+    kh, vh = keys, values
+    if rep > 1:
+        kh, vh = keys.repeat_interleave(rep, dim=1), values.repeat_interleave(rep, dim=1)  # [B, H, N + T, D]
+    if window is None and key_mask is None and N == 0:
+        o = F.scaled_dot_product_attention(qh, kh, vh, is_causal=True, scale=scale)
+    elif window is None and key_mask is None and T == 1:
+        o = F.scaled_dot_product_attention(qh, kh, vh, scale=scale)  # one query reads the whole cache
+    else:
+        mask = attention_mask(T, N, window=window, key_mask=key_mask, device=q.device)
+        o = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, scale=scale)
+    return o.transpose(1, 2), _final(keys, values, window, output_final_state)  # o: [B, T, H, V]

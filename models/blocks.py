@@ -1,0 +1,140 @@
+"""The residual block of every hybrid layer, and padding for recurrent mixers.
+
+    h = x + Mixer(RMSNorm(x))
+    y = h + SwiGLU(RMSNorm(h))          (when the block has an MLP)
+
+Padding. Attention masks padded keys itself. A recurrent mixer (parametric or
+SCA) has no notion of a padded token, so ``run_mixer`` runs it on each row's
+real tokens only: rows are grouped by their run of real tokens [a, b) (left
+padding: a > 0, right padding: b < T) and each group is one call on x[:, a:b].
+Padded positions get y = 0 and never touch the state, so a padded batch gives
+exactly the outputs and states of the unpadded sequences.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from assocmem.mixers.attention import Attention, RMSNorm
+from assocmem.mixers.layer import build_mixer
+from assocmem.mixers.sca import SCALayer
+from assocmem.mixers.spec import MixerSpec
+
+
+class SwiGLU(nn.Module):
+    """y = (SiLU(x W_gate) ⊙ x W_up) W_down (Shazeer 2020)."""
+
+    def __init__(self, d_model: int, hidden: int):
+        super().__init__()
+        self.gate_proj = nn.Linear(d_model, hidden, bias=False)
+        self.up_proj = nn.Linear(d_model, hidden, bias=False)
+        self.down_proj = nn.Linear(hidden, d_model, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Block(nn.Module):
+    """Pre-norm residual block: mixer, then an optional SwiGLU MLP."""
+
+    def __init__(self, spec: MixerSpec, d_model: int, *, mlp_hidden: int, norm_eps: float,
+                 layer_idx: int, form: str = "auto"):
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.mixer_norm = RMSNorm(d_model, eps=norm_eps)
+        self.mixer = build_mixer(spec, d_model, form=form, layer_idx=layer_idx)
+        self.mlp_norm = RMSNorm(d_model, eps=norm_eps) if mlp_hidden else None
+        self.mlp = SwiGLU(d_model, mlp_hidden) if mlp_hidden else None
+
+    def forward(self, x: torch.Tensor, *, state=None, mask: torch.Tensor | None = None, return_state: bool = True):
+        """x [B, T, d_model]; mask [B, T] bool (True = real token) or None -> (y, state)."""
+        y, state = run_mixer(self.mixer, self.mixer_norm(x), state=state, mask=mask, return_state=return_state)
+        h = x + y
+        if self.mlp is not None:
+            h = h + self.mlp(self.mlp_norm(h))
+        return h, state
+
+
+def run_mixer(mixer: nn.Module, x: torch.Tensor, *, state, mask: torch.Tensor | None, return_state: bool):
+    """Call ``mixer`` on x [B, T, D], honouring a padding mask [B, T] (see the module docstring)."""
+    if isinstance(mixer, Attention):
+        return mixer(x, state=state, mask=mask, return_state=return_state)
+    if mask is None or bool(mask.all()):
+        return _call(mixer, x, state, return_state)
+    B, T, _ = x.shape
+    start, length = _runs(mask)
+    y = x.new_zeros(x.shape)
+    pieces: list[tuple[torch.Tensor, object]] = []
+    for (a, n) in sorted(set(zip(start.tolist(), length.tolist()))):
+        rows = torch.nonzero((start == a) & (length == n)).flatten()
+        if n == 0:
+            if state is None:
+                raise ValueError(f"attention_mask rows {rows.tolist()} have no real token and there is no cache; "
+                                 "every sequence needs at least one unmasked token")
+            pieces.append((rows, _select(state, rows)))
+            continue
+        yg, sg = _call(mixer, x[rows, a:a + n], None if state is None else _select(state, rows), True)
+        y[rows, a:a + n] = yg
+        pieces.append((rows, sg))
+    return y, (_merge(pieces, B) if return_state else None)
+
+
+def _call(mixer, x, state, return_state):
+    if isinstance(mixer, SCALayer):
+        y, st = mixer(x, state=state)  # SCALayer always returns its state
+        return y, (st if return_state else None)
+    return mixer(x, state=state, return_state=return_state)
+
+
+def _runs(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """First index and length of the single run of True in each row of mask [B, T]."""
+    m = mask.bool()
+    length = m.sum(1)
+    start = torch.where(length > 0, m.int().argmax(1), torch.zeros_like(length))
+    idx = torch.arange(m.shape[1], device=m.device)[None]
+    contiguous = (idx >= start[:, None]) & (idx < (start + length)[:, None])
+    if not bool((contiguous == m).all()):
+        raise ValueError("attention_mask: each row must hold one contiguous run of real tokens (left or right "
+                         "padding); padding in the middle of a sequence is not supported for recurrent layers")
+    return start, length
+
+
+# ---------------------------------------------------------------- state pytrees (batch-first leaves)
+def map_state(fn, state):
+    """Apply fn to every tensor of a state (tensor, tuple, NamedTuple, dataclass or None)."""
+    if state is None:
+        return None
+    if torch.is_tensor(state):
+        return fn(state)
+    if dataclasses.is_dataclass(state):
+        return type(state)(**{f.name: map_state(fn, getattr(state, f.name)) for f in dataclasses.fields(state)})
+    if isinstance(state, tuple):
+        items = [map_state(fn, s) for s in state]
+        return type(state)(*items) if hasattr(state, "_fields") else tuple(items)
+    raise TypeError(f"unsupported state leaf of type {type(state).__name__}")
+
+
+def state_tensors(state) -> list[torch.Tensor]:
+    out: list[torch.Tensor] = []
+    map_state(lambda t: out.append(t) or t, state)
+    return out
+
+
+def _select(state, rows: torch.Tensor):
+    return map_state(lambda t: t.index_select(0, rows), state)
+
+
+def _merge(pieces, B: int):
+    """Stitch per-group states back into one batch of B rows."""
+    leaves = [state_tensors(s) for _, s in pieces]
+    merged = []
+    for i, leaf in enumerate(leaves[0]):
+        out = leaf.new_empty((B,) + tuple(leaf.shape[1:]))
+        for (rows, _), group in zip(pieces, leaves):
+            out[rows] = group[i]
+        merged.append(out)
+    it = iter(merged)
+    return map_state(lambda _: next(it), pieces[0][1])

@@ -1,0 +1,185 @@
+"""HybridConfig: a language model as a stack of mixer specs.
+
+    HybridConfig(d_model=768, vocab_size=32000, layers="gdn*3,attn", n_layers=12)
+    HybridConfig(d_model=768, vocab_size=32000, layers="gdn", n_layers=12, attention_layers=[3, 7, 11])
+    HybridConfig(d_model=64, vocab_size=256, layers=["sca", "sca", my_spec])
+
+``layers`` is a pattern string (comma-separated layer names, ``name*k`` for k
+copies; the pattern is repeated to fill ``n_layers``) or a list whose entries
+are layer names, MixerSpecs or MixerSpec dicts (YAML). Names are presets or
+aliases of ``assocmem.mixers`` ("attn", "gdn", "swa", "sca", "mamba2", ...).
+``attention_layers`` then replaces the listed (0-indexed) layers by
+``attention``.
+
+Named layers take their LayerOptions from the preset, updated by the
+hybrid-wide ``num_heads``/``head_dim`` (the other is d_model // given) and then
+by ``overrides[name]``. A MixerSpec given as an object is used exactly as is.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from assocmem.mixers import MixerSpec, get_preset
+
+LayerEntry = str | MixerSpec
+
+_TOKEN = re.compile(r"^([A-Za-z_][A-Za-z0-9_\-]*)(?:\*(\d+))?$")
+
+
+class HybridConfig(BaseModel):
+    """A hybrid language model: width, vocabulary and the mixer of every layer."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = Field(None, description="optional label (preset name or your own)")
+    d_model: int = Field(256, gt=0, description="residual stream width")
+    vocab_size: int = Field(32000, gt=0, description="number of token ids")
+    layers: str | list[LayerEntry] = Field(
+        "attn", description="pattern string ('sca,sca,attn', 'gdn*3,attn') or list of names / MixerSpecs")
+    n_layers: int | None = Field(None, gt=0, description="depth; the pattern is repeated to fill it "
+                                 "(None = the pattern's own length)")
+    attention_layers: list[int] | None = Field(
+        None, description="0-indexed layers replaced by `attention` (thesis Table 4.1 placements)")
+    attention: LayerEntry = Field("attn", description="the mixer placed at attention_layers")
+    num_heads: int | None = Field(None, gt=0, description="heads of every named layer (head_dim = d_model // num_heads)")
+    head_dim: int | None = Field(None, gt=0, description="head width of every named layer (num_heads = d_model // head_dim)")
+    overrides: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="LayerOptions updates per layer name, e.g. {'attn': {'num_kv_heads': 4}}")
+    mlp_ratio: float = Field(4.0, ge=0, description="SwiGLU hidden = mlp_ratio · d_model; 0 = no MLP")
+    mlp_hidden: int | None = Field(None, gt=0, description="explicit SwiGLU hidden width (overrides mlp_ratio)")
+    mlp_layers: Literal["all", "attention"] | list[int] = Field(
+        "all", description="which blocks have an MLP: all, only the attention (nonparametric) ones, or indices")
+    tie_embeddings: bool = Field(True, description="lm_head shares the embedding matrix")
+    norm_eps: float = Field(1e-6, gt=0, description="RMSNorm epsilon of the block norms")
+    init_std: float = Field(0.02, gt=0, description="std of the normal init of embeddings and projections")
+
+    @field_validator("layers", mode="before")
+    @classmethod
+    def _coerce_layers(cls, value):
+        if isinstance(value, list):
+            return [MixerSpec.model_validate(v) if isinstance(v, dict) else v for v in value]
+        return value
+
+    @field_validator("attention", mode="before")
+    @classmethod
+    def _coerce_attention(cls, value):
+        return MixerSpec.model_validate(value) if isinstance(value, dict) else value
+
+    @model_validator(mode="after")
+    def _resolve(self) -> "HybridConfig":
+        if self.num_heads is not None and self.head_dim is not None and self.num_heads * self.head_dim != self.d_model:
+            raise ValueError(f"num_heads · head_dim must equal d_model: {self.num_heads} · {self.head_dim} "
+                             f"!= {self.d_model}; give only one of them")
+        for name, width in (("num_heads", self.num_heads), ("head_dim", self.head_dim)):
+            if width is not None and self.d_model % width:
+                raise ValueError(f"{name}={width} does not divide d_model={self.d_model}")
+        entries = self.layer_entries()  # raises on a bad pattern or depth
+        names = {e for e in entries if isinstance(e, str)}
+        unknown = sorted(set(self.overrides) - names)
+        if unknown:
+            raise ValueError(f"overrides name layers {unknown} that are not in the model; layer names used: "
+                             f"{sorted(names)}")
+        if isinstance(self.mlp_layers, list):
+            _check_indices("mlp_layers", self.mlp_layers, len(entries))
+        self.layer_specs()  # resolve every name now so that errors surface at construction
+        return self
+
+    # ------------------------------------------------------------ resolution
+    def layer_entries(self) -> list[LayerEntry]:
+        """One entry (name or MixerSpec) per layer, after pattern expansion and attention placement."""
+        base = _expand(self.layers) if isinstance(self.layers, str) else list(self.layers)
+        if not base:
+            raise ValueError("layers is empty; give a pattern such as 'gdn*3,attn' or a list of layers")
+        n = len(base) if self.n_layers is None else self.n_layers
+        if n % len(base):
+            raise ValueError(f"the layer pattern has {len(base)} layers, which does not divide n_layers={n}; "
+                             f"use a pattern whose length divides the depth or give every layer")
+        entries = base * (n // len(base))
+        if self.attention_layers is not None:
+            _check_indices("attention_layers", self.attention_layers, n)
+            for i in self.attention_layers:
+                entries[i] = self.attention
+        return entries
+
+    def layer_specs(self) -> list[MixerSpec]:
+        """The MixerSpec of every layer."""
+        return [self._spec(e) for e in self.layer_entries()]
+
+    def _spec(self, entry: LayerEntry) -> MixerSpec:
+        if isinstance(entry, MixerSpec):
+            return entry
+        try:
+            spec = get_preset(entry)
+        except KeyError as err:
+            raise ValueError(f"unknown layer name {entry!r}: {err.args[0]}") from None
+        update: dict[str, Any] = {}
+        if self.num_heads is not None or self.head_dim is not None:
+            heads = self.num_heads or self.d_model // self.head_dim
+            update.update(num_heads=heads, head_dim=self.d_model // heads)
+        update.update(self.overrides.get(entry, {}))
+        if not update:
+            return spec
+        data = spec.model_dump()
+        data["layer"] = {**data["layer"], **update}
+        return MixerSpec.model_validate(data)
+
+    def mlp_flags(self) -> list[bool]:
+        """Whether block i has an MLP."""
+        specs = self.layer_specs()
+        if self.mlp_ratio == 0 and self.mlp_hidden is None:
+            return [False] * len(specs)
+        if self.mlp_layers == "all":
+            return [True] * len(specs)
+        if self.mlp_layers == "attention":
+            return [s.algebra == "nonparametric" for s in specs]
+        return [i in set(self.mlp_layers) for i in range(len(specs))]
+
+    @property
+    def mlp_width(self) -> int:
+        return self.mlp_hidden if self.mlp_hidden is not None else int(round(self.mlp_ratio * self.d_model))
+
+    @property
+    def depth(self) -> int:
+        return len(self.layer_entries())
+
+    # ------------------------------------------------------------ YAML
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
+
+    @classmethod
+    def from_yaml(cls, source: str | Path) -> "HybridConfig":
+        """Parse YAML text or a path to a .yaml/.yml/.json file."""
+        is_path = isinstance(source, Path) or ("\n" not in source and source.endswith((".yaml", ".yml", ".json")))
+        data = yaml.safe_load(Path(source).read_text() if is_path else source)
+        if not isinstance(data, dict):
+            raise ValueError(f"a HybridConfig document must be a mapping, got {type(data).__name__}")
+        return cls.model_validate(data)
+
+
+def _expand(pattern: str) -> list[str]:
+    """'gdn*3,attn' -> ['gdn', 'gdn', 'gdn', 'attn']."""
+    out: list[str] = []
+    for raw in pattern.split(","):
+        token = raw.strip()
+        match = _TOKEN.match(token)
+        if not match:
+            raise ValueError(f"bad layer pattern token {token!r} in {pattern!r}; expected 'name' or 'name*count' "
+                             f"separated by commas, e.g. 'gdn*3,attn'")
+        count = int(match.group(2) or 1)
+        if count < 1:
+            raise ValueError(f"layer count must be >= 1 in {token!r}")
+        out += [match.group(1)] * count
+    return out
+
+
+def _check_indices(field: str, indices: list[int], n: int) -> None:
+    bad = [i for i in indices if not 0 <= i < n]
+    if bad:
+        raise ValueError(f"{field} {bad} out of range for {n} layers (0-indexed: 0..{n - 1})")
+    if len(set(indices)) != len(indices):
+        raise ValueError(f"{field} has duplicates: {indices}")

@@ -1,0 +1,223 @@
+"""The one HF modeling file for every hybrid: AssocMemConfig, AssocMemModel, AssocMemForCausalLM.
+
+    config = AssocMemConfig(hybrid=HybridConfig(d_model=64, vocab_size=256, layers="gdn*3,attn", n_layers=4))
+    model = AssocMemForCausalLM(config)                    # or AutoModelForCausalLM.from_config(config)
+    model.generate(ids, max_new_tokens=20)                 # AssocMemCache holds every layer's state
+
+The HybridConfig (JSON in ``config.hybrid``) is the single source of truth;
+the HF fields vocab_size, hidden_size, num_hidden_layers and
+tie_word_embeddings are derived from it.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from typing import Any
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, GenerationMixin, PretrainedConfig, PreTrainedModel
+from transformers import initialization as init
+from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
+
+from assocmem.mixers.attention import RMSNorm
+
+from .blocks import Block
+from .cache import AssocMemCache
+from .config import HybridConfig
+
+
+class AssocMemConfig(PretrainedConfig):
+    """HF config of an assocmem hybrid; ``hybrid`` holds the HybridConfig as a dict."""
+
+    model_type = "assocmem"
+    keys_to_ignore_at_inference = ["past_key_values"]
+
+    hybrid: dict | Any = None
+    vocab_size: int | None = None
+    hidden_size: int | None = None
+    num_hidden_layers: int | None = None
+    tie_word_embeddings: bool = True
+    use_cache: bool = True
+    pad_token_id: int | None = None
+    bos_token_id: int | None = None
+    eos_token_id: int | list[int] | None = None
+
+    def __post_init__(self, **kwargs):
+        hc = self.hybrid if isinstance(self.hybrid, HybridConfig) else HybridConfig.model_validate(self.hybrid or {})
+        self.hybrid = hc.model_dump(mode="json")
+        self.vocab_size, self.hidden_size = hc.vocab_size, hc.d_model
+        self.num_hidden_layers, self.tie_word_embeddings = hc.depth, hc.tie_embeddings
+        super().__post_init__(**kwargs)
+
+    @property
+    def hybrid_config(self) -> HybridConfig:
+        return HybridConfig.model_validate(self.hybrid)
+
+    def signature(self) -> str:
+        """A short hash of the architecture (the HybridConfig)."""
+        return hashlib.sha1(json.dumps(self.hybrid, sort_keys=True).encode()).hexdigest()[:12]
+
+
+class AssocMemPreTrainedModel(PreTrainedModel):
+    config_class = AssocMemConfig
+    base_model_prefix = "model"
+    _no_split_modules = ["Block"]
+    _is_stateful = True  # recurrent states cannot be rolled back (no assisted generation)
+    supports_gradient_checkpointing = False
+
+    @classmethod
+    def _supports_default_dynamic_cache(cls) -> bool:
+        return False  # the model creates its own AssocMemCache
+
+    def _init_weights(self, module: nn.Module) -> None:
+        """Normal(0, init_std) embeddings and linear maps, unit norms; mixer-specific parameters
+        (decay rates, conv taps, spectral grids) keep their own constructors' init."""
+        std = self.config.hybrid["init_std"]
+        if isinstance(module, nn.Embedding):
+            init.normal_(module.weight, mean=0.0, std=std)
+        elif isinstance(module, nn.Linear):
+            init.normal_(module.weight, mean=0.0, std=std)
+            if module.bias is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, RMSNorm):
+            init.ones_(module.weight)
+
+
+class AssocMemModel(AssocMemPreTrainedModel):
+    """Embedding, the stack of blocks and the final RMSNorm."""
+
+    def __init__(self, config: AssocMemConfig):
+        super().__init__(config)
+        hc = config.hybrid_config
+        self.embed_tokens = nn.Embedding(hc.vocab_size, hc.d_model)
+        width = hc.mlp_width
+        self.layers = nn.ModuleList(
+            Block(spec, hc.d_model, mlp_hidden=width if has_mlp else 0, norm_eps=hc.norm_eps, layer_idx=i)
+            for i, (spec, has_mlp) in enumerate(zip(hc.layer_specs(), hc.mlp_flags())))
+        self.norm = RMSNorm(hc.d_model, eps=hc.norm_eps)
+        self._cache_token = uuid.uuid4().hex[:8]
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.embed_tokens = value
+
+    def new_cache(self) -> AssocMemCache:
+        """An empty cache bound to this model."""
+        return AssocMemCache(len(self.layers), signature=self._signature())
+
+    def _signature(self) -> str:
+        return f"{self.config.signature()}/{self._cache_token}"
+
+    def forward(self, input_ids: torch.LongTensor | None = None, attention_mask: torch.Tensor | None = None,
+                past_key_values: AssocMemCache | None = None, inputs_embeds: torch.Tensor | None = None,
+                use_cache: bool | None = None, output_hidden_states: bool | None = None,
+                return_dict: bool | None = None):
+        """input_ids [B, T] (or inputs_embeds [B, T, d]); attention_mask [B, T] or [B, past + T].
+
+        hidden_states (when asked): the residual stream entering the first block and after every
+        block (before the final norm), L + 1 tensors [B, T, d].
+        """
+        h = self._embed(input_ids, inputs_embeds)
+        B, T, _ = h.shape
+        use_cache = self.config.use_cache if use_cache is None else use_cache
+        cache = self._cache(past_key_values, use_cache)
+        mask = self._mask(attention_mask, B, T, 0 if cache is None else cache.seen_tokens)
+        hidden = [h] if output_hidden_states else None
+        for i, block in enumerate(self.layers):
+            h, state = block(h, state=None if cache is None else cache[i], mask=mask, return_state=cache is not None)
+            if cache is not None:
+                cache[i] = state
+            if hidden is not None:
+                hidden.append(h)
+        if cache is not None:
+            cache.seen_tokens += T
+        return BaseModelOutputWithPast(last_hidden_state=self.norm(h), past_key_values=cache,
+                                       hidden_states=None if hidden is None else tuple(hidden))
+
+    def _embed(self, input_ids, inputs_embeds) -> torch.Tensor:
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("give exactly one of input_ids and inputs_embeds")
+        if inputs_embeds is not None:
+            if inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != self.config.hidden_size:
+                raise ValueError(f"inputs_embeds must be [B, T, {self.config.hidden_size}], "
+                                 f"got {tuple(inputs_embeds.shape)}")
+            return inputs_embeds
+        if input_ids.dim() != 2 or input_ids.dtype.is_floating_point:
+            raise ValueError(f"input_ids must be an integer tensor [B, T], got {input_ids.dtype} "
+                             f"{tuple(input_ids.shape)}")
+        if input_ids.numel() and (int(input_ids.min()) < 0 or int(input_ids.max()) >= self.config.vocab_size):
+            raise ValueError(f"input_ids out of range: min {int(input_ids.min())}, max {int(input_ids.max())}; "
+                             f"allowed 0..{self.config.vocab_size - 1} (vocab_size {self.config.vocab_size})")
+        return self.embed_tokens(input_ids)
+
+    def _cache(self, past_key_values, use_cache: bool) -> AssocMemCache | None:
+        if past_key_values is None:
+            return self.new_cache() if use_cache else None
+        if not isinstance(past_key_values, AssocMemCache):
+            raise TypeError(f"past_key_values must be an AssocMemCache (from this model's forward or "
+                            f"model.new_cache()), got {type(past_key_values).__name__}")
+        past_key_values.bind(self._signature(), len(self.layers))
+        return past_key_values
+
+    @staticmethod
+    def _mask(attention_mask, B: int, T: int, past: int) -> torch.Tensor | None:
+        """The [B, T] bool padding mask of the current tokens (None = no padding)."""
+        if attention_mask is None:
+            return None
+        if attention_mask.dim() != 2 or attention_mask.shape[0] != B or attention_mask.shape[1] not in (T, past + T):
+            raise ValueError(f"attention_mask must be [B, T] = [{B}, {T}] or [B, past + T] = [{B}, {past + T}], "
+                             f"got {tuple(attention_mask.shape)}")
+        mask = attention_mask[:, -T:].bool()
+        return None if bool(mask.all()) else mask
+
+
+class AssocMemForCausalLM(AssocMemPreTrainedModel, GenerationMixin):
+    """AssocMemModel plus the LM head (tied to the embedding when tie_embeddings)."""
+
+    _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
+
+    def __init__(self, config: AssocMemConfig):
+        super().__init__(config)
+        self.model = AssocMemModel(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.model.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.model.embed_tokens = value
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head
+
+    def new_cache(self) -> AssocMemCache:
+        return self.model.new_cache()
+
+    def forward(self, input_ids: torch.LongTensor | None = None, attention_mask: torch.Tensor | None = None,
+                past_key_values: AssocMemCache | None = None, inputs_embeds: torch.Tensor | None = None,
+                labels: torch.LongTensor | None = None, use_cache: bool | None = None,
+                output_hidden_states: bool | None = None, return_dict: bool | None = None,
+                logits_to_keep: int = 0):
+        """Logits [B, T, vocab] (the last ``logits_to_keep`` positions if > 0); loss = next-token
+        cross-entropy on ``labels`` (shifted inside; -100 ignored)."""
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, past_key_values=past_key_values,
+                         inputs_embeds=inputs_embeds, use_cache=use_cache, output_hidden_states=output_hidden_states)
+        h = out.last_hidden_state
+        logits = self.lm_head(h[:, -logits_to_keep:] if logits_to_keep else h)
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=-100)
+        return CausalLMOutputWithPast(loss=loss, logits=logits, past_key_values=out.past_key_values,
+                                      hidden_states=out.hidden_states)
+
+
+AutoConfig.register("assocmem", AssocMemConfig, exist_ok=True)
+AutoModel.register(AssocMemConfig, AssocMemModel, exist_ok=True)
+AutoModelForCausalLM.register(AssocMemConfig, AssocMemForCausalLM, exist_ok=True)

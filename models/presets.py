@@ -1,0 +1,92 @@
+"""Model presets from the seed documents, and tiny versions for tests and CPU runs.
+
+nautile-370m (Nautile paper §2.1; REFERENCES §5): d_model 1024, 24 layers
+"sca,sca,attn" (16 SCA + 8 attention), attention 16 heads / 4 KV heads with
+RoPE and QK-norm, SCA with K = 16 heads, M = 2 points, expand 2 (H = 64),
+readout expand 3, conv 4; tied embeddings, vocab 100300. SCA blocks have no
+MLP (authors' code). The paper does not give the attention blocks' MLP width;
+8/3·d = 2730 (the usual SwiGLU width) gives 371.8M parameters, the paper's 371M.
+
+thesis-150m-* (thesis Table 3.1 and Table 4.1): d_model 768, 12 layers, 12
+heads of 64, 12 KV heads, RoPE θ 1e4, vocab 32000, untied head. "MLP ratio 8"
+counts both SwiGLU input halves (OLMo convention), so the hidden width is
+8·768/2 = 3072; this reproduces the thesis' 137.8M non-embedding parameters of
+the transformer. Hybrids put attention at the Table 4.1 layers:
+50% → 1,3,5,7,9,11; 75% → 3,7,11; 83% → 5,11; 100% → none. Recurrent layers
+(Gated DeltaNet or Mamba2) have the short conv and no positional embedding;
+they use the same 12 heads of 64.
+
+*-tiny: the same layer patterns at d_model 64 for tests and CPU experiments.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from .config import HybridConfig
+
+TABLE_4_1 = {50: [1, 3, 5, 7, 9, 11], 75: [3, 7, 11], 83: [5, 11], 100: []}
+NAUTILE_MLP_HIDDEN = 2730
+
+
+def _nautile(d: int, heads: int, kv: int, sca_heads: int, vocab: int, mlp: int, n_layers: int) -> HybridConfig:
+    return HybridConfig(
+        d_model=d, vocab_size=vocab, layers="sca,sca,attn", n_layers=n_layers,
+        overrides={"attn": {"num_heads": heads, "num_kv_heads": kv, "head_dim": d // heads, "qk_rmsnorm": True},
+                   "sca": {"num_heads": sca_heads, "sca_expand": 2.0, "sca_out_expand": 3, "conv_size": 4,
+                           "sca_maxlen": 1024}},
+        mlp_hidden=mlp, mlp_layers="attention", tie_embeddings=True)
+
+
+def _thesis(d: int, heads: int, vocab: int, mlp: int, recurrent: str | None, pct: int) -> HybridConfig:
+    if recurrent is None:
+        return HybridConfig(d_model=d, vocab_size=vocab, layers="attn", n_layers=12, num_heads=heads,
+                            mlp_hidden=mlp, tie_embeddings=False)
+    return HybridConfig(d_model=d, vocab_size=vocab, layers=recurrent, n_layers=12,
+                        attention_layers=TABLE_4_1[pct] or None, num_heads=heads, mlp_hidden=mlp,
+                        tie_embeddings=False)
+
+
+def _registry() -> dict[str, Callable[[], HybridConfig]]:
+    reg: dict[str, Callable[[], HybridConfig]] = {
+        "nautile-370m": lambda: _nautile(1024, 16, 4, 16, 100300, NAUTILE_MLP_HIDDEN, 24),
+        "nautile-tiny": lambda: _nautile(64, 4, 2, 4, 512, 170, 6),
+        "thesis-150m-transformer": lambda: _thesis(768, 12, 32000, 3072, None, 0),
+        "thesis-tiny-transformer": lambda: _thesis(64, 4, 512, 128, None, 0),
+    }
+    for mixer in ("gdn", "mamba2"):
+        for pct in TABLE_4_1:
+            reg[f"thesis-150m-{mixer}-{pct}"] = (lambda m=mixer, p=pct: _thesis(768, 12, 32000, 3072, m, p))
+            reg[f"thesis-tiny-{mixer}-{pct}"] = (lambda m=mixer, p=pct: _thesis(64, 4, 512, 128, m, p))
+    return reg
+
+
+_PRESETS = _registry()
+
+
+def list_model_presets() -> list[str]:
+    return list(_PRESETS)
+
+
+def get_model_preset(name: str) -> HybridConfig:
+    """The HybridConfig registered under ``name``."""
+    if name not in _PRESETS:
+        raise ValueError(f"unknown model preset {name!r}; choose one of {list(_PRESETS)}")
+    return _PRESETS[name]().model_copy(update={"name": name})
+
+
+def build_model(model: "str | HybridConfig | dict", dtype: torch.dtype | None = None):
+    """An AssocMemForCausalLM from a preset name, a HybridConfig or its dict."""
+    from .modeling import AssocMemConfig, AssocMemForCausalLM
+
+    if isinstance(model, str):
+        hc = get_model_preset(model)
+    elif isinstance(model, HybridConfig):
+        hc = model
+    elif isinstance(model, dict):
+        hc = HybridConfig.model_validate(model)
+    else:
+        raise TypeError(f"build_model takes a preset name, a HybridConfig or a dict, got {type(model).__name__}")
+    net = AssocMemForCausalLM(AssocMemConfig(hybrid=hc))
+    return net if dtype is None else net.to(dtype)
