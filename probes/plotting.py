@@ -1,0 +1,111 @@
+"""Matplotlib figures for the probes (PNG files, Agg backend, no display needed).
+
+Two kinds of figure:
+- PCA panels: node coordinates in PC1-PC2 drawn with the graph's edges
+  (Park et al. 2025, Fig. 1 style), a grid of panels (rows x columns).
+- Curve panels: one or more axes, each with named series y(x); log x by default
+  (energy/accuracy against context length; Zoology's recall-vs-state figure).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import networkx as nx  # noqa: E402
+import numpy as np  # noqa: E402
+
+
+@dataclass
+class PCAPanel:
+    """One PCA panel: coords [N, 2] (NaN rows = node absent), a title."""
+
+    coords: np.ndarray
+    title: str
+
+
+@dataclass
+class CurvePanel:
+    """One axes of curves: series maps a label to (x values, y values)."""
+
+    title: str
+    xlabel: str
+    ylabel: str
+    series: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)
+    logx: bool = True
+    logy: bool = False
+    hline: float | None = None  # e.g. chance level, drawn dashed
+    hline_label: str = ""
+
+
+def _draw_pca(ax, panel: PCAPanel, graph: nx.Graph) -> None:
+    xy = np.asarray(panel.coords, dtype=float)
+    for i, j in graph.edges:
+        if np.isfinite(xy[[i, j]]).all():
+            ax.plot(xy[[i, j], 0], xy[[i, j], 1], color="0.6", lw=0.8, zorder=1)
+    ok = np.isfinite(xy).all(1)
+    colors = np.arange(len(xy))
+    ax.scatter(xy[ok, 0], xy[ok, 1], c=colors[ok], cmap="viridis", s=40, zorder=2, edgecolors="k", lw=0.4)
+    for i in np.flatnonzero(ok):
+        ax.annotate(str(i), xy[i], fontsize=6, ha="center", va="center", color="w", zorder=3)
+    ax.set_title(panel.title, fontsize=8)
+    ax.set_xticks([])
+    ax.set_yticks([])
+    ax.set_aspect("equal", adjustable="datalim")
+
+
+def save_pca_panels(path: str | Path, rows: list[list[PCAPanel]], graph: nx.Graph, suptitle: str = "") -> Path:
+    """Write a grid of PCA panels (rows x max columns) with the graph's edges to ``path``."""
+    if not rows or not any(rows):
+        raise ValueError("rows: need at least one PCA panel")
+    ncols = max(len(r) for r in rows)
+    fig, axes = plt.subplots(len(rows), ncols, figsize=(2.2 * ncols, 2.3 * len(rows)), squeeze=False)
+    for r, row in enumerate(rows):
+        for c in range(ncols):
+            if c < len(row):
+                _draw_pca(axes[r][c], row[c], graph)
+            else:
+                axes[r][c].axis("off")
+    if suptitle:
+        fig.suptitle(suptitle, fontsize=10)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def save_curve_panels(path: str | Path, panels: list[CurvePanel], suptitle: str = "", ncols: int | None = None) -> Path:
+    """Write one axes per CurvePanel (markers + lines) to ``path``."""
+    if not panels:
+        raise ValueError("panels: need at least one panel")
+    ncols = ncols or min(len(panels), 3)
+    nrows = -(-len(panels) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.0 * ncols, 3.2 * nrows), squeeze=False)
+    for ax, panel in zip(axes.flat, panels):
+        for label, (x, y) in panel.series.items():
+            ax.plot(x, y, marker="o", ms=3, lw=1.2, label=label)
+        if panel.hline is not None:
+            ax.axhline(panel.hline, ls="--", color="0.5", lw=0.8, label=panel.hline_label or None)
+        ax.set_xscale("log" if panel.logx else "linear")
+        ax.set_yscale("log" if panel.logy else "linear")
+        ax.set_title(panel.title, fontsize=9)
+        ax.set_xlabel(panel.xlabel)
+        ax.set_ylabel(panel.ylabel)
+        ax.grid(alpha=0.3)
+        if panel.series:
+            ax.legend(fontsize=6)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    if suptitle:
+        fig.suptitle(suptitle, fontsize=10)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def _save(fig, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
