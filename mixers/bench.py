@@ -1,0 +1,225 @@
+"""`assocmem bench mixers`: forms of each family against the derivation and
+external pure-PyTorch peers, as ratios measured in one run.
+
+Per family (B=1, H=4, K=V=64, float32 by default) and T ∈ {512, 2048, 8192}:
+forward and forward+backward milliseconds (median of repeats) of
+
+    derived      the autograd derivation (T ≤ 2048: it is slow by design)
+    recurrent    the hand-written recurrence
+    chunk / prefix_sum / sdpa / masked_matmul   the exact fast forms
+    external     transformers' torch_chunk_gated_delta_rule, mamba2_chunk_scan,
+                 FLA's naive chunk files (when installed)
+
+plus achieved GFLOP/s of the chunkwise forms (nominal FLOP counts below)
+against an fp32 matmul peak measured in the same run, and peak memory: the
+peak resident-set growth during the call (sampled every 0.5 ms, after
+malloc_trim), and for forward+backward the bytes autograd saved for backward.
+"""
+from __future__ import annotations
+
+import ctypes
+import statistics
+import threading
+import time
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+import torch
+
+from .external import external_references
+from .lower import lower
+from .presets import get_preset
+from .references import hand_written
+from .verify import make_case
+
+FAMILIES = ("gated_deltanet", "mamba2", "gla", "sca", "softmax")
+DERIVED_MAX_T = 2048
+
+
+@dataclass
+class BenchRow:
+    family: str
+    impl: str
+    T: int
+    mode: str  # "fwd" or "fwdbwd"
+    ms: float
+    gflops: float | None
+    peak_mb: float
+    saved_mb: float | None
+
+
+# ------------------------------------------------------------------ measuring
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+
+
+def _trim() -> None:
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except OSError:  # not glibc: peak memory is then an upper bound
+        pass
+
+
+class _PeakRSS:
+    """Samples the resident set size in a thread while a call runs."""
+
+    def __enter__(self):
+        _trim()
+        self.base = self.peak = _rss_bytes()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def _sample(self):
+        while not self._stop.wait(0.0005):
+            self.peak = max(self.peak, _rss_bytes())
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, _rss_bytes())
+        self.mb = (self.peak - self.base) / 2**20
+
+
+def _run_once(fn: Callable, inputs: dict, mode: str, count_saved: bool) -> tuple[float, float, float | None]:
+    """(seconds, peak MB, saved-for-backward MB or None) of one call. torch.func (the
+    derivation) refuses saved-tensor hooks, so ``count_saved`` is off for it."""
+    saved = [0]
+
+    def pack(t):
+        saved[0] += t.numel() * t.element_size()
+        return t
+
+    leaves = {n: (t.detach().requires_grad_(mode == "fwdbwd")) for n, t in inputs.items()}
+    q, k, v = leaves.pop("q"), leaves.pop("k"), leaves.pop("v")
+    with _PeakRSS() as mem:
+        t0 = time.perf_counter()
+        if mode == "fwd":
+            with torch.no_grad():
+                fn(q, k, v, **leaves)
+        else:
+            if count_saved:
+                with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+                    o, _ = fn(q, k, v, **leaves)
+            else:
+                o, _ = fn(q, k, v, **leaves)
+            o.backward(torch.ones_like(o))
+        dt = time.perf_counter() - t0
+    return dt, mem.mb, (saved[0] / 2**20 if mode == "fwdbwd" and count_saved else None)
+
+
+def measure(fn: Callable, inputs: dict, mode: str, repeats: int, count_saved: bool = True):
+    """Median milliseconds after one warm-up call, max peak MB, saved MB."""
+    _run_once(fn, inputs, mode, count_saved)
+    runs = [_run_once(fn, inputs, mode, count_saved) for _ in range(repeats)]
+    return (1e3 * statistics.median(r[0] for r in runs), max(r[1] for r in runs), runs[0][2])
+
+
+def matmul_peak_gflops(n: int = 2048, repeats: int = 5) -> float:
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a @ b
+    best = min(_timed(lambda: a @ b) for _ in range(repeats))
+    return 2 * n**3 / best / 1e9
+
+
+def _timed(f: Callable) -> float:
+    t0 = time.perf_counter()
+    f()
+    return time.perf_counter() - t0
+
+
+# ------------------------------------------------------------------ FLOP counts
+
+
+def chunk_flops(family: str, B: int, T: int, H: int, K: int, V: int, C: int = 64) -> float | None:
+    """Nominal FLOPs of a chunkwise forward (matmuls only)."""
+    n = B * H * (T // C)
+    if family == "gated_deltanet":  # KKᵀ, solve, W, U, WS, QKᵀ, A·(U−WS), QS, KᵀU
+        per = 2 * C * C * K + C**3 / 3 + 2 * C * C * K + 2 * C * C * V + 2 * C * K * V \
+            + 2 * C * C * K + 2 * C * C * V + 2 * C * K * V + 2 * C * K * V
+        return n * per
+    if family in ("mamba2", "gla"):  # QKᵀ, A·V, QS, KᵀV
+        return n * (2 * C * C * K + 2 * C * C * V + 4 * C * K * V)
+    if family == "softmax":  # causal QKᵀ and P·V
+        return B * H * T * T * (K + V)
+    return None
+
+
+# ------------------------------------------------------------------ families
+
+
+def implementations(family: str, T: int) -> dict[str, Callable]:
+    spec = get_preset(family)
+    impls: dict[str, Callable] = {}
+    if T <= DERIVED_MAX_T:
+        from assocmem.memories import derive
+
+        impls["derived"] = derive(spec)
+    hw = hand_written(spec)
+    if hw is not None and (family != "softmax" or T <= DERIVED_MAX_T):
+        impls[f"recurrent ({hw[0]})"] = hw[1]
+    for form in ("chunk", "prefix_sum", "masked_matmul", "sdpa"):
+        if form in _forms(spec) and not (form == "masked_matmul" and T > DERIVED_MAX_T):
+            impls[form] = lower(spec, form).fn
+    for ref in external_references(spec):
+        if "chunk" in ref.name:
+            impls[ref.name] = ref.fn
+    return impls
+
+
+def _forms(spec) -> list[str]:
+    from .lower import available_forms
+
+    return available_forms(spec)
+
+
+def bench_family(family: str, Ts, modes, *, B=1, H=4, K=64, V=64, peak: float, log=print) -> list[BenchRow]:
+    spec = get_preset(family)
+    rows = []
+    for T in Ts:
+        case = make_case(spec, B=B, T=T, H=H, K=K, V=V, dtype=torch.float32, with_state=False)
+        inputs = {n: t.detach() for n, t in case.tensors.items()}
+        extra = {} if case.scale is None else {"scale": case.scale}
+        for impl, fn in implementations(family, T).items():
+            for mode in modes:
+                reps = 1 if impl == "derived" or impl.startswith("recurrent") else 3
+                call = (lambda f: lambda q, k, v, **kw: f(q, k, v, **kw, **extra))(fn)
+                ms, peak_mb, saved = measure(call, inputs, mode, reps, count_saved=impl != "derived")
+                fl = chunk_flops(family, B, T, H, K, V) if impl in ("chunk", "sdpa") and mode == "fwd" else None
+                gf = None if fl is None else fl / (ms / 1e3) / 1e9
+                rows.append(BenchRow(family, impl, T, mode, ms, gf, peak_mb, saved))
+                log(f"  {family:15s} {impl:58s} T={T:5d} {mode:6s} {ms:10.2f} ms"
+                    + (f"  {gf:6.1f} GFLOP/s ({100 * gf / peak:4.1f}% of peak)" if gf else "")
+                    + f"  peak {peak_mb:7.1f} MB" + (f"  saved {saved:7.1f} MB" if saved is not None else ""))
+    return rows
+
+
+def run_bench(families=FAMILIES, Ts=(512, 2048, 8192), modes=("fwd", "fwdbwd"), log=print) -> list[dict]:
+    """All rows as dicts (JSON-ready); the first row is the matmul peak of this run."""
+    torch.manual_seed(0)
+    t0 = time.perf_counter()
+    peak = matmul_peak_gflops()
+    ms = 1e3 * (time.perf_counter() - t0)
+    log(f"fp32 matmul peak (2048², {torch.get_num_threads()} threads): {peak:.1f} GFLOP/s")
+    rows: list[BenchRow] = [BenchRow("matmul", "torch.mm 2048x2048 (peak)", 0, "fwd", ms, peak, 0.0, None)]
+    for fam in families:
+        rows += bench_family(fam, Ts, modes, peak=peak, log=log)
+    return [asdict(r) for r in rows]
+
+
+def ratio_table(rows: list[dict]) -> list[str]:
+    """Summary lines: each fast form against the slower implementations of its family."""
+    key = {(r["family"], r["impl"], r["T"], r["mode"]): r["ms"] for r in rows}
+    fast = ("chunk", "prefix_sum", "sdpa")
+    lines = []
+    for (fam, impl, T, mode), ms in sorted(key.items()):
+        if impl not in fast:
+            continue
+        for (f2, other, T2, m2), ms2 in sorted(key.items()):
+            if (f2, T2, m2) == (fam, T, mode) and other != impl and other not in fast:
+                lines.append(f"{fam:15s} T={T:5d} {mode:6s} {impl} is {ms2 / ms:7.2f}x faster than {other}")
+    return lines
