@@ -50,6 +50,9 @@ class HybridConfig(BaseModel):
     head_dim: int | None = Field(None, gt=0, description="head width of every named layer (num_heads = d_model // head_dim)")
     overrides: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="LayerOptions updates per layer name, e.g. {'attn': {'num_kv_heads': 4}}")
+    form: str = Field("auto", description="form of every layer's op: 'auto' (fastest exact) or 'recurrent'")
+    forms: dict[str, str] = Field(
+        default_factory=dict, description="form per layer name (or MixerSpec name), e.g. {'gdn': 'chunk'}")
     mlp_ratio: float = Field(4.0, ge=0, description="SwiGLU hidden = mlp_ratio · d_model; 0 = no MLP")
     mlp_hidden: int | None = Field(None, gt=0, description="explicit SwiGLU hidden width (overrides mlp_ratio)")
     mlp_layers: Literal["all", "attention"] | list[int] = Field(
@@ -80,10 +83,12 @@ class HybridConfig(BaseModel):
                 raise ValueError(f"{name}={width} does not divide d_model={self.d_model}")
         entries = self.layer_entries()  # raises on a bad pattern or depth
         names = {e for e in entries if isinstance(e, str)}
-        unknown = sorted(set(self.overrides) - names)
-        if unknown:
-            raise ValueError(f"overrides name layers {unknown} that are not in the model; layer names used: "
-                             f"{sorted(names)}")
+        for field in ("overrides", "forms"):
+            spec_names = {e.name for e in entries if isinstance(e, MixerSpec) and e.name} if field == "forms" else set()
+            unknown = sorted(set(getattr(self, field)) - names - spec_names)
+            if unknown:
+                raise ValueError(f"{field} name layers {unknown} that are not in the model; layer names used: "
+                                 f"{sorted(names | spec_names)}")
         if isinstance(self.mlp_layers, list):
             _check_indices("mlp_layers", self.mlp_layers, len(entries))
         self.layer_specs()  # resolve every name now so that errors surface at construction
@@ -109,6 +114,14 @@ class HybridConfig(BaseModel):
     def layer_specs(self) -> list[MixerSpec]:
         """The MixerSpec of every layer."""
         return [self._spec(e) for e in self.layer_entries()]
+
+    def layer_forms(self) -> list[str]:
+        """The requested form of every layer (``forms[name]``, else ``form``)."""
+        out = []
+        for e in self.layer_entries():
+            key = e if isinstance(e, str) else e.name
+            out.append(self.forms.get(key, self.form) if key is not None else self.form)
+        return out
 
     def _spec(self, entry: LayerEntry) -> MixerSpec:
         if isinstance(entry, MixerSpec):

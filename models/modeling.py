@@ -95,8 +95,8 @@ class AssocMemModel(AssocMemPreTrainedModel):
         self.embed_tokens = nn.Embedding(hc.vocab_size, hc.d_model)
         width = hc.mlp_width
         self.layers = nn.ModuleList(
-            Block(spec, hc.d_model, mlp_hidden=width if has_mlp else 0, norm_eps=hc.norm_eps, layer_idx=i)
-            for i, (spec, has_mlp) in enumerate(zip(hc.layer_specs(), hc.mlp_flags())))
+            Block(spec, hc.d_model, mlp_hidden=width if has_mlp else 0, norm_eps=hc.norm_eps, layer_idx=i, form=form)
+            for i, (spec, has_mlp, form) in enumerate(zip(hc.layer_specs(), hc.mlp_flags(), hc.layer_forms())))
         self.norm = RMSNorm(hc.d_model, eps=hc.norm_eps)
         self._cache_token = uuid.uuid4().hex[:8]
         self.post_init()
