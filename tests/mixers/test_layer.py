@@ -1,0 +1,149 @@
+"""build_mixer and the generic recurrent Mixer: gates, conv, forms, decode state."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from assocmem.memories import L2, Huber, L2Decay, Matrix, RetainThenGD
+from assocmem.mixers import LayerOptions, MixerSpec, get_preset
+from assocmem.mixers.attention import Attention
+from assocmem.mixers.conv import ShortConv
+from assocmem.mixers.layer import Mixer, MixerState, build_mixer
+from assocmem.mixers.sca import SCALayer
+
+F64 = dict(atol=1e-10, rtol=0)
+SMALL = dict(num_heads=2, head_dim=8)
+
+
+def small(name: str, **layer) -> MixerSpec:
+    spec = get_preset(name)
+    data = spec.model_dump()
+    data["layer"] = {**data["layer"], **SMALL, **layer}
+    return MixerSpec.model_validate(data)
+
+
+def _mixer(name: str, form: str = "auto", **layer) -> Mixer:
+    torch.manual_seed(0)
+    return build_mixer(small(name, **layer), 32, form=form).double()
+
+
+def test_build_mixer_dispatch():
+    assert isinstance(build_mixer(small("softmax"), 32), Attention)
+    assert build_mixer(small("sliding_window"), 32).window == 64
+    assert isinstance(build_mixer(get_preset("sca"), 32), SCALayer)
+    gdn = build_mixer(small("gated_deltanet"), 32)
+    assert isinstance(gdn, Mixer) and gdn.form.name == "chunk" and gdn.step_form.name == "recurrent"
+    with pytest.raises(TypeError, match="MixerSpec"):
+        build_mixer("gdn", 32)
+    with pytest.raises(ValueError, match="available forms"):
+        build_mixer(small("gated_deltanet"), 32, form="sdpa")
+
+
+RECURRENT = ["gated_deltanet", "mamba2", "gla", "retnet", "linear_attention", "deltanet", "longhorn",
+             "gated_deltanet_joint"]
+
+
+@pytest.mark.parametrize("name", RECURRENT)
+def test_prefill_then_decode_equals_full(name):
+    """f(x) == prefill(x[:, :t]) then one token at a time, in float64 (state: memory + conv buffer)."""
+    m = _mixer(name)
+    x = torch.randn(2, 70, 32, dtype=torch.float64)
+    y_full, s_full = m(x)
+    y, st = m(x[:, :65])
+    outs = [y]
+    for t in range(65, 70):
+        yt, st = m(x[:, t:t + 1], state=st)
+        outs.append(yt)
+    torch.testing.assert_close(torch.cat(outs, 1), y_full, **F64)
+    torch.testing.assert_close(st.memory, s_full.memory, **F64)
+    torch.testing.assert_close(st.conv, s_full.conv, atol=1e-14, rtol=0)
+
+
+@pytest.mark.parametrize("name", ["gated_deltanet", "mamba2", "gla"])
+def test_chunk_form_equals_recurrent_form(name):
+    x = torch.randn(2, 67, 32, dtype=torch.float64)
+    a, sa = _mixer(name)(x)
+    b, sb = _mixer(name, form="recurrent")(x)
+    torch.testing.assert_close(a, b, **F64)
+    torch.testing.assert_close(sa.memory, sb.memory, **F64)
+
+
+def test_user_defined_scan_spec_decodes():
+    """A user's spec (Huber bias, per-key decay, retain-then-GD) runs through the derived step."""
+    spec = MixerSpec(name="mine", memory=Matrix(), bias=Huber(delta=0.5), retention=L2Decay(gate="scalar"),
+                     optimizer=RetainThenGD(), layer=LayerOptions(**SMALL, qk_norm="l2", lr_gate="sigmoid"))
+    torch.manual_seed(0)
+    m = build_mixer(spec, 32, form="recurrent").double()
+    x = torch.randn(1, 9, 32, dtype=torch.float64)
+    y_full, _ = m(x)
+    y, st = m(x[:, :6])
+    outs = [y] + [m(x[:, t:t + 1], state=(st := m(x[:, :t])[1]))[0] for t in range(6, 9)]
+    torch.testing.assert_close(torch.cat(outs, 1), y_full, **F64)
+
+
+def test_gates_follow_layer_options():
+    x = torch.randn(2, 5, 32, dtype=torch.float64)
+    mamba = _mixer("mamba2")
+    g = mamba.gates(x)  # Mamba2: Δ = softplus(x W + dt_bias), log α = −exp(A_log)·Δ, β = Δ
+    dt = F.softplus(mamba.a_proj(x) + mamba.dt_bias)
+    torch.testing.assert_close(g["beta"], dt, atol=0, rtol=0)
+    torch.testing.assert_close(g["log_alpha"], -torch.exp(mamba.A_log) * dt, atol=0, rtol=0)
+    ret = _mixer("retnet").gates(x)["log_alpha"]  # RetNet: γ_h = 1 − 2^(−5−h)
+    torch.testing.assert_close(ret[0, 0].exp(), torch.tensor([1 - 2 ** -5, 1 - 2 ** -6], dtype=torch.float64),
+                               atol=1e-15, rtol=0)
+    gla = _mixer("gla")
+    torch.testing.assert_close(gla.gates(x)["log_alpha"], F.logsigmoid(gla.a_proj(x)).view(2, 5, 2, 8) / 16,
+                               atol=0, rtol=0)
+    gdn = _mixer("gated_deltanet")
+    g = gdn.gates(x)
+    torch.testing.assert_close(g["beta"], torch.sigmoid(gdn.b_proj(x)), atol=0, rtol=0)
+    torch.testing.assert_close(g["log_alpha"], -gdn.A_log.exp() * F.softplus(gdn.a_proj(x) + gdn.dt_bias),
+                               atol=0, rtol=0)
+    assert _mixer("linear_attention").gates(x) == {"log_alpha": None, "beta": None}
+
+
+def test_state_size():
+    gdn = _mixer("gated_deltanet")  # H·K·V + (w − 1)·H(2K + V)
+    assert gdn.state_size() == 2 * 8 * 8 + 3 * 2 * (3 * 8)
+    titans = _mixer("titans_linear", form="recurrent")  # momentum doubles the memory
+    assert titans.state_size() == 2 * (2 * 8 * 8) + 3 * 2 * 24
+    assert _mixer("retnet", short_conv=False).state_size() == 2 * 8 * 8
+
+
+def test_output_path():
+    """o → D skip → per-head RMSNorm → · SiLU(x W_g) → W_o, checked on the mamba2 layer."""
+    m = _mixer("mamba2")
+    x = torch.randn(1, 4, 32, dtype=torch.float64)
+    o = torch.randn(1, 4, 2, 8, dtype=torch.float64)
+    v = torch.randn(1, 4, 2, 8, dtype=torch.float64)
+    ref = o + m.D[:, None] * v
+    ref = ref / torch.sqrt(ref.pow(2).mean(-1, keepdim=True) + 1e-6) * m.norm_weight
+    ref = ref * F.silu(m.g_proj(x)).view(1, 4, 2, 8)
+    torch.testing.assert_close(m._output(o, v, x), ref, atol=1e-14, rtol=0)
+
+
+def test_short_conv_is_causal_depthwise_conv_with_buffer():
+    torch.manual_seed(0)
+    conv = ShortConv(6, 4).double()
+    z = torch.randn(2, 9, 6, dtype=torch.float64)
+    ref = F.silu(F.conv1d(F.pad(z.transpose(1, 2), (3, 0)), conv.weight, groups=6)).transpose(1, 2)
+    y, buf = conv(z)
+    torch.testing.assert_close(y, ref, atol=1e-14, rtol=0)
+    torch.testing.assert_close(buf, z[:, -3:], atol=0, rtol=0)
+    y1, b1 = conv(z[:, :5])
+    y2, _ = conv(z[:, 5:], b1)
+    torch.testing.assert_close(torch.cat([y1, y2], 1), ref, atol=1e-14, rtol=0)
+    with pytest.raises(ValueError, match="conv buffer"):
+        conv(z, torch.zeros(2, 2, 6, dtype=torch.float64))
+
+
+def test_bad_state():
+    m = _mixer("gla")
+    with pytest.raises(TypeError, match="MixerState"):
+        m(torch.randn(1, 2, 32, dtype=torch.float64), state=torch.zeros(1, 2, 8, 8))
+    assert isinstance(m(torch.randn(1, 2, 32, dtype=torch.float64))[1], MixerState)
+    assert m(torch.randn(1, 2, 32, dtype=torch.float64), return_state=False)[1] is None
+    assert math.isfinite(float(m(torch.randn(1, 3, 32, dtype=torch.float64))[0].detach().sum()))
