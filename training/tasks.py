@@ -24,7 +24,7 @@ from .graphs import GRAPH_KINDS, make_graph, random_walk
 IGNORE_INDEX = -100
 
 
-def _to_dataset(columns: dict[str, np.ndarray | list[str]]) -> datasets.Dataset:
+def arrays_to_dataset(columns: dict[str, np.ndarray | list[str]]) -> datasets.Dataset:
     """Columns -> an in-memory Dataset: 2-D int arrays become fixed-length int32 sequences
     (built through pyarrow directly, which is ~50× faster than ``Dataset.from_dict``)."""
     arrays, features = {}, {}
@@ -150,7 +150,7 @@ def mqar_dataset(
     """Zoology's MQAR as a Dataset with ``input_ids`` and ``labels`` [seq_len] (see ``mqar_arrays``)."""
     inputs, labels = mqar_arrays(num_examples, seq_len, num_kv_pairs, vocab_size=vocab_size, power_a=power_a,
                                  random_non_queries=random_non_queries, seed=seed)
-    return _to_dataset({"input_ids": inputs, "labels": labels})
+    return arrays_to_dataset({"input_ids": inputs, "labels": labels})
 
 
 # ---------------------------------------------------------------- graph walks
@@ -199,7 +199,7 @@ def graph_walk_dataset(
         names.append(kind)
     labels = inputs.copy()
     labels[:, 0] = IGNORE_INDEX
-    return _to_dataset({"input_ids": inputs, "labels": labels, "nodes": nodes, "node_tokens": node_tokens,
+    return arrays_to_dataset({"input_ids": inputs, "labels": labels, "nodes": nodes, "node_tokens": node_tokens,
                         "kind": names})
 
 
@@ -241,4 +241,4 @@ def selective_copy_dataset(
         where = np.sort(rng.choice(context, size=num_tokens, replace=False))
         inputs[n, where] = data
         labels[n, context + 1:] = data
-    return _to_dataset({"input_ids": inputs, "labels": labels})
+    return arrays_to_dataset({"input_ids": inputs, "labels": labels})

@@ -1,0 +1,301 @@
+"""TrainConfig: one YAML file describes a training run.
+
+    name: mqar-gdn                    # run folder: <output_dir>/<name>
+    seed: 0
+    model: {hybrid: {d_model: 128, layers: "gdn,gdn", mlp_ratio: 0}}
+    data: {kind: mqar, seq_len: 256, num_kv_pairs: 16}
+    optim: {lr: 2.2e-3, weight_decay: 0.1, warmup_steps: 100}
+    train: {steps: 2000, batch_size: 64}
+
+Every section rejects unknown keys with an error that lists the allowed ones
+(``load_config``); ``--set key.sub=value`` overrides any field, the value
+parsed as YAML unless the field is a string.
+"""
+from __future__ import annotations
+
+import math
+import types
+import typing
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class ConfigError(ValueError):
+    """A config file or override that does not validate (the message says where and why)."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# ---------------------------------------------------------------- model
+class ModelConfig(_Strict):
+    """The network: exactly one of ``preset``, ``hybrid`` or ``hf_config``."""
+
+    preset: str | None = Field(None, description="model preset name (assocmem.models.list_model_presets())")
+    hybrid: dict[str, Any] | None = Field(
+        None, description="HybridConfig fields (d_model, layers pattern or list of MixerSpecs, mlp_ratio, ...); "
+        "vocab_size defaults to the data's vocabulary")
+    hf_config: dict[str, Any] | None = Field(
+        None, description="a transformers config dict with model_type (e.g. llama), built with "
+        "AutoModelForCausalLM.from_config; vocab_size defaults to the data's vocabulary")
+    overrides: dict[str, Any] = Field(
+        default_factory=dict, description="HybridConfig field updates applied to the preset (e.g. n_layers)")
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> "ModelConfig":
+        given = [k for k in ("preset", "hybrid", "hf_config") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"model needs exactly one of preset, hybrid, hf_config; got {given or 'none'}")
+        if self.overrides and self.preset is None:
+            raise ValueError("model.overrides applies to a preset only; edit model.hybrid directly instead")
+        if self.hf_config is not None and "model_type" not in self.hf_config:
+            raise ValueError("model.hf_config needs a model_type (e.g. llama)")
+        if self.hf_config is None:
+            from .model_factory import hybrid_config  # validate the hybrid now, not at build time
+
+            hybrid_config(self, vocab_size=None)
+        return self
+
+
+# ---------------------------------------------------------------- data
+class _DataBase(_Strict):
+    num_train: int = Field(10_000, gt=0, description="training sequences generated")
+    num_eval: int = Field(500, ge=0, description="evaluation sequences generated (0 = no evaluation)")
+    seed: int = Field(0, description="seed of the training set")
+    eval_seed: int = Field(1, description="seed of the evaluation set (must differ from seed)")
+
+    @model_validator(mode="after")
+    def _distinct_seeds(self):
+        if self.seed == self.eval_seed:
+            raise ValueError(f"data.seed and data.eval_seed must differ (both {self.seed}): the eval set would "
+                             f"repeat the training set")
+        return self
+
+
+class MQARData(_DataBase):
+    """Zoology's multi-query associative recall (REFERENCES.md §4)."""
+
+    kind: Literal["mqar"] = "mqar"
+    seq_len: int = Field(256, gt=0, description="sequence length L")
+    num_kv_pairs: int = Field(16, gt=0, description="key-value pairs K")
+    vocab_size: int = Field(8192, gt=0, description="vocabulary V (keys [1, V/2), values [V/2, V))")
+    power_a: float = Field(0.01, gt=0, description="query-gap power law p(i) ∝ a·i^(a−1)")
+    random_non_queries: bool = Field(False, description="replace the 0 filler by random tokens")
+
+
+class GraphWalkData(_DataBase):
+    """Random walks on a fresh random graph per sequence (REFERENCES.md §3)."""
+
+    kind: Literal["graph_walk"] = "graph_walk"
+    seq_len: int = Field(256, gt=0, description="walk length in tokens")
+    vocab_size: int = Field(512, gt=0, description="token ids for nodes are drawn from [0, vocab_size)")
+    kinds: list[Literal["grid", "ring", "hex"]] = Field(["grid", "ring", "hex"], description="graph families")
+
+
+class SelectiveCopyData(_DataBase):
+    """Selective copying (Mamba §4.1.1)."""
+
+    kind: Literal["selective_copy"] = "selective_copy"
+    seq_len: int = Field(256, gt=0, description="total length: context + separator + num_tokens markers")
+    num_tokens: int = Field(16, gt=0, description="data tokens to copy")
+    vocab_size: int = Field(16, ge=4, description="ids 0 noise, 1 separator, 2 marker, data from [3, V)")
+
+
+class FilesData(_Strict):
+    """Local text/jsonl/parquet files, tokenized and packed into blocks."""
+
+    kind: Literal["files"] = "files"
+    train_files: list[str] = Field(description="local files (.txt/.md/.jsonl/.json/.parquet), one format")
+    eval_files: list[str] = Field(default_factory=list, description="held-out files (else eval_fraction)")
+    eval_fraction: float = Field(0.0, ge=0, lt=1, description="fraction of training blocks held out "
+                                 "(the last ones) when eval_files is empty")
+    text_field: str = Field("text", description="column holding the text (json/parquet)")
+    sample_by: Literal["document", "paragraph", "line"] = Field("document", description="text files: record unit")
+    tokenizer: str = Field("bytes", description="'bytes' (UTF-8 bytes + EOS, 257 ids) or a local HF tokenizer folder")
+    seq_len: int = Field(512, ge=2, description="block length")
+
+
+DataConfig = Annotated[Union[MQARData, GraphWalkData, SelectiveCopyData, FilesData], Field(discriminator="kind")]
+DATA_KINDS: dict[str, type[BaseModel]] = {"mqar": MQARData, "graph_walk": GraphWalkData,
+                                          "selective_copy": SelectiveCopyData, "files": FilesData}
+
+
+# ---------------------------------------------------------------- optimisation
+class OptimConfig(_Strict):
+    """AdamW with linear warm-up then cosine decay to min_lr_ratio · lr."""
+
+    lr: float = Field(1e-3, gt=0, description="peak learning rate")
+    weight_decay: float = Field(0.1, ge=0, description="decoupled weight decay on matrices (>= 2-D parameters)")
+    betas: tuple[float, float] = Field((0.9, 0.95), description="AdamW betas")
+    eps: float = Field(1e-8, gt=0, description="AdamW epsilon")
+    warmup_steps: int = Field(0, ge=0, description="linear warm-up from 0 over this many optimizer steps")
+    min_lr_ratio: float = Field(0.0, ge=0, le=1, description="cosine floor as a fraction of lr")
+    grad_clip: float | None = Field(1.0, gt=0, description="max global gradient norm (null = no clipping)")
+
+
+class TrainLoopConfig(_Strict):
+    """Steps, batches, precision, evaluation, logging and checkpoints."""
+
+    steps: int | None = Field(None, gt=0, description="optimizer steps (exactly one of steps, epochs)")
+    epochs: float | None = Field(None, gt=0, description="passes over the training set (steps = ceil(epochs·N/batch))")
+    batch_size: int = Field(64, gt=0, description="global batch in sequences per optimizer step")
+    micro_batch_size: int | None = Field(None, gt=0, description="sequences per forward per process "
+                                         "(null = batch_size / world size); accumulation makes up the rest")
+    precision: Literal["fp32", "bf16"] = Field("fp32", description="bf16 = torch.autocast(bfloat16) on the forward")
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto = cuda when available")
+    eval_every: int = Field(0, ge=0, description="evaluate every N steps (0 = at the end only)")
+    eval_batch_size: int = Field(64, gt=0, description="sequences per evaluation forward")
+    log_every: int = Field(10, gt=0, description="write a JSONL log line every N steps")
+    checkpoint_every: int = Field(0, ge=0, description="checkpoint every N steps (0 = at the end only)")
+    keep_last: int = Field(2, gt=0, description="checkpoints kept (older ones deleted)")
+    progress: bool = Field(True, description="tqdm progress bar on rank 0")
+    threads: int | None = Field(None, gt=0, description="torch.set_num_threads (null = torch default)")
+    deterministic: bool = Field(True, description="torch.use_deterministic_algorithms(True)")
+    logits: Literal["supervised", "all"] = Field(
+        "supervised", description="apply the LM head only at supervised positions (same loss, checked against "
+        "the model's forward at start) or everywhere (the model's own forward)")
+
+    @model_validator(mode="after")
+    def _steps_or_epochs(self) -> "TrainLoopConfig":
+        if (self.steps is None) == (self.epochs is None):
+            raise ValueError("train needs exactly one of steps, epochs")
+        return self
+
+    def total_steps(self, num_train: int) -> int:
+        return self.steps if self.steps is not None else math.ceil(self.epochs * num_train / self.batch_size)
+
+
+class TrainConfig(_Strict):
+    """A training run (see the module docstring for an example)."""
+
+    name: str | None = Field(None, description="run name; the run folder is <output_dir>/<name> "
+                             "(default: the config file's stem)")
+    output_dir: str = Field("runs", description="parent folder of run folders")
+    seed: int = Field(0, description="seed of model init and everything random in the loop")
+    model: ModelConfig = Field(description="the network")
+    data: DataConfig = Field(description="the data; kind = mqar | graph_walk | selective_copy | files")
+    optim: OptimConfig = Field(default_factory=OptimConfig, description="optimizer and schedule")
+    train: TrainLoopConfig = Field(description="loop settings")
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
+
+
+# ---------------------------------------------------------------- key checking
+def _unwrap(annotation: Any) -> Any:
+    """Strip Annotated / Optional to the core type."""
+    origin = typing.get_origin(annotation)
+    if origin is Annotated:
+        return _unwrap(typing.get_args(annotation)[0])
+    if origin in (Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return _unwrap(args[0]) if len(args) == 1 else annotation
+    return annotation
+
+
+def _sub_model(cls: type[BaseModel], key: str, value: Any, where: str) -> type[BaseModel] | None:
+    """The pydantic class that validates ``value`` at ``cls.key`` (None for plain values)."""
+    if cls is ModelConfig and key in ("hybrid", "overrides"):
+        from assocmem.models import HybridConfig  # checked here for friendly unknown-key errors
+        return HybridConfig
+    if cls is TrainConfig and key == "data":
+        kind = value.get("kind") if isinstance(value, dict) else None
+        if kind not in DATA_KINDS:
+            raise ConfigError(f"{where}.kind must be one of {list(DATA_KINDS)}, got {kind!r}")
+        return DATA_KINDS[kind]
+    core = _unwrap(cls.model_fields[key].annotation)
+    return core if isinstance(core, type) and issubclass(core, BaseModel) else None
+
+
+def check_keys(cls: type[BaseModel], data: Any, where: str = "config") -> None:
+    """Raise ConfigError on the first unknown key, listing the keys allowed at that place."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where} must be a mapping, got {type(data).__name__}")
+    allowed = list(cls.model_fields)
+    for key, value in data.items():
+        if key not in cls.model_fields:
+            raise ConfigError(f"unknown key {where}.{key}; allowed keys in {where} ({cls.__name__}): "
+                              f"{', '.join(allowed)}")
+        sub = _sub_model(cls, key, value, f"{where}.{key}")
+        if sub is not None and isinstance(value, dict):
+            check_keys(sub, value, f"{where}.{key}")
+
+
+def _format(err: ValidationError) -> str:
+    lines = [f"  {'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}" for e in err.errors()]
+    return "invalid config:\n" + "\n".join(lines)
+
+
+# ---------------------------------------------------------------- overrides
+def _target_class(path: list[str], data: dict) -> tuple[type[BaseModel] | None, str]:
+    """The class owning the last key of ``path`` (None inside free-form dicts)."""
+    cls: type[BaseModel] | None = TrainConfig
+    node: Any = data
+    for i, key in enumerate(path[:-1]):
+        where = "config." + ".".join(path[: i + 1])
+        if cls is not None and key not in cls.model_fields:
+            raise ConfigError(f"unknown key {where}; allowed keys in {cls.__name__}: {', '.join(cls.model_fields)}")
+        value = node.get(key) if isinstance(node, dict) else None
+        cls = _sub_model(cls, key, value if value is not None else {}, where) if cls is not None else None
+        node = value if isinstance(value, dict) else {}
+    return cls, path[-1]
+
+
+def _parse_value(cls: type[BaseModel] | None, key: str, raw: str) -> Any:
+    if cls is not None and key in cls.model_fields and _unwrap(cls.model_fields[key].annotation) is str:
+        return None if raw in ("null", "~") else raw  # strings stay strings ("123" is a name)
+    return yaml.safe_load(raw)
+
+
+def apply_overrides(data: dict, overrides: list[str]) -> dict:
+    """Apply ``key.sub=value`` strings to a raw config dict (a deep copy is returned).
+
+    Values are YAML (``1e-3``, ``[0.9, 0.99]``, ``true``, ``null``) unless the field is
+    a string; missing intermediate sections are created; unknown keys raise.
+    """
+    out = yaml.safe_load(yaml.safe_dump(data))  # deep copy of plain data
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"--set expects key=value (e.g. optim.lr=1e-3), got {item!r}")
+        dotted, raw = item.split("=", 1)
+        path = [p for p in dotted.strip().split(".") if p]
+        if not path:
+            raise ConfigError(f"--set has an empty key in {item!r}")
+        cls, key = _target_class(path, out)
+        if cls is not None and key not in cls.model_fields:
+            raise ConfigError(f"unknown key config.{dotted}; allowed keys in {cls.__name__}: "
+                              f"{', '.join(cls.model_fields)}")
+        node = out
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"--set {dotted}: {part} is not a section")
+        node[key] = _parse_value(cls, key, raw.strip())
+    return out
+
+
+# ---------------------------------------------------------------- loading
+def config_from_dict(data: dict) -> TrainConfig:
+    """Validate a raw dict (unknown keys -> ConfigError listing the allowed keys)."""
+    check_keys(TrainConfig, data)
+    try:
+        return TrainConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_format(err)) from None
+
+
+def load_config(path: str | Path, overrides: list[str] | None = None) -> TrainConfig:
+    """Read a YAML config, apply ``--set`` overrides and validate; name defaults to the file stem."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    data = yaml.safe_load(path.read_text())
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a config must be a YAML mapping, got {type(data).__name__}")
+    data = apply_overrides(data, overrides or [])
+    data.setdefault("name", path.stem)
+    return config_from_dict(data)

@@ -1,0 +1,224 @@
+"""The training loop: one function, ``train(cfg)``, for one process or many (torchrun + DDP).
+
+Per optimizer step s (global batch B sequences, W processes, A micro-batches each):
+
+  1. rows = StepSampler.indices(s)[rank slice]            B / W rows for this process
+  2. n = Σ over ranks of supervised positions              (one all-reduce)
+  3. for each micro-batch: (Σ token losses) · W / n → backward
+     (DDP averages gradients over W, so the gradient is that of the mean
+     loss over the global batch: identical to one process with batch B)
+  4. clip the global gradient norm; AdamW step; scheduler step
+  5. log / evaluate / checkpoint on schedule
+
+Seeded and deterministic: the model is initialised under ``torch.manual_seed(seed)``,
+batches depend only on the step, and a checkpoint carries optimizer, scheduler
+and every rank's RNG state, so a resumed run reproduces an uninterrupted one
+bit for bit on CPU.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from . import checkpoint as ckpt
+from .config import TrainConfig
+from .data import build_datasets
+from .distributed import (DistInfo, all_gather_object, all_reduce_sum, barrier, broadcast_object, init_distributed,
+                          rank_slice, shutdown)
+from .metrics import batch_tensors, evaluate
+from .model_factory import build_from_config, model_description
+from .objective import CausalLMObjective, check_supervised_logits
+from .optim import build_optimizer, build_scheduler
+from .runlog import SUMMARY_FILE, RunLog, plot_curves, prepare_run_dir
+from .sampler import StepSampler
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def _setup_run_dir(cfg: TrainConfig, info: DistInfo, resume: bool, overwrite: bool) -> Path:
+    """Rank 0 prepares the folder; an error there is raised on every rank (no hang)."""
+    result: tuple[str, str] = ("", "")
+    failure: Exception | None = None
+    if info.is_main:
+        try:
+            result = ("ok", str(prepare_run_dir(cfg, resume=resume, overwrite=overwrite)))
+        except (ValueError, FileExistsError, FileNotFoundError) as err:
+            result, failure = ("error", f"{type(err).__name__}: {err}"), err
+    status, payload = broadcast_object(result)
+    if failure is not None:
+        raise failure
+    if status == "error":
+        raise RuntimeError(f"rank 0 could not prepare the run folder: {payload}")
+    return Path(payload)
+
+
+def _micro_batches(rows: np.ndarray, micro: int) -> list[np.ndarray]:
+    if len(rows) % micro:
+        raise ValueError(f"the per-process batch ({len(rows)}) must be divisible by train.micro_batch_size ({micro})")
+    return [rows[i:i + micro] for i in range(0, len(rows), micro)]
+
+
+class Trainer:
+    """State of one run; ``run()`` trains from the current step to the end."""
+
+    def __init__(self, cfg: TrainConfig, info: DistInfo, run_dir: Path, resume: bool):
+        self.cfg, self.info, self.run_dir = cfg, info, run_dir
+        self.train_ds, self.eval_ds, vocab = build_datasets(cfg.data)
+        seed_everything(cfg.seed)
+        self.model = build_from_config(cfg.model, vocab_size=vocab).to(info.device)
+        self.total_steps = cfg.train.total_steps(len(self.train_ds))
+        self.sampler = StepSampler(len(self.train_ds), cfg.train.batch_size, seed=cfg.seed)
+        self.optimizer = build_optimizer(self.model, cfg.optim)
+        self.scheduler = build_scheduler(self.optimizer, cfg.optim, self.total_steps)
+        self.step, self.tokens, self.elapsed = 0, 0, 0.0
+        latest = ckpt.latest_checkpoint(run_dir) if resume else None
+        if latest is not None:
+            self._restore(latest)
+        self.objective = CausalLMObjective(self.model, cfg.train.logits)
+        if cfg.train.logits == "supervised":
+            ids, labels = batch_tensors(self.train_ds, [0], info.device)
+            check_supervised_logits(self.model, ids, labels)
+        self.wrapped: nn.Module = self.objective
+        if info.distributed:
+            self.wrapped = nn.parallel.DistributedDataParallel(
+                self.objective, device_ids=[info.device.index] if info.device.type == "cuda" else None)
+        self.log = RunLog(run_dir, keep_until_step=self.step) if info.is_main else None
+
+    # ------------------------------------------------------------ checkpoints
+    def _restore(self, path: Path) -> None:
+        state = ckpt.load_state(path)
+        ckpt.load_weights(path, self.model)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        if state["world_size"] != self.info.world_size:
+            raise ValueError(f"checkpoint {path} was written by {state['world_size']} processes; resume it with "
+                             f"the same number (got {self.info.world_size}) for an exact continuation")
+        ckpt.set_rng_state(state["rng"][self.info.rank])
+        self.step, self.tokens, self.elapsed = state["step"], state["tokens"], state["elapsed"]
+        if state["samples_seen"] != self.step * self.cfg.train.batch_size:
+            raise ValueError(f"checkpoint {path}: data position {state['samples_seen']} does not match step "
+                             f"{self.step} × batch {self.cfg.train.batch_size}")
+
+    def save(self) -> None:
+        rng = all_gather_object(ckpt.rng_state())
+        if self.info.is_main:
+            state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                     "rng": rng, "world_size": self.info.world_size, "tokens": self.tokens,
+                     "elapsed": self.elapsed, "samples_seen": self.step * self.cfg.train.batch_size}
+            ckpt.save_checkpoint(self.run_dir, self.step, self.model, state, keep_last=self.cfg.train.keep_last)
+        barrier()
+
+    # ------------------------------------------------------------ one step
+    def train_step(self) -> dict[str, float]:
+        """One optimizer step on the global batch of ``self.step``; returns global metrics."""
+        cfg, info = self.cfg.train, self.info
+        rows = self.sampler.indices(self.step)[rank_slice(cfg.batch_size, info)]
+        micro = _micro_batches(rows, cfg.micro_batch_size or len(rows))
+        batches = [batch_tensors(self.train_ds, m.tolist(), info.device) for m in micro]
+        local_n = sum(int((labels[:, 1:] != -100).sum()) for _, labels in batches)
+        n_global = float(all_reduce_sum(torch.tensor([local_n], dtype=torch.float64)).item())
+        scale = info.world_size / max(n_global, 1.0)
+        sums = torch.zeros(3, dtype=torch.float64)  # loss sum, supervised count, correct
+        for i, (input_ids, labels) in enumerate(batches):
+            sync = i == len(batches) - 1 or not info.distributed
+            with (contextlib.nullcontext() if sync else self.wrapped.no_sync()):
+                with torch.autocast(info.device.type, dtype=torch.bfloat16, enabled=cfg.precision == "bf16"):
+                    loss_sum, count, correct = self.wrapped(input_ids, labels)
+                (loss_sum * scale).backward()
+            sums += torch.stack([loss_sum.detach().double().cpu(), count.double().cpu(), correct.double().cpu()])
+        clip = self.cfg.optim.grad_clip
+        grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), clip if clip is not None else float("inf"))
+        lr = self.optimizer.param_groups[0]["lr"]
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        sums = all_reduce_sum(sums)
+        self.step += 1
+        self.tokens += cfg.batch_size * batches[0][0].shape[1]
+        return {"loss": float(sums[0] / max(sums[1], 1.0)), "accuracy": float(sums[2] / max(sums[1], 1.0)),
+                "lr": lr, "grad_norm": float(grad_norm)}
+
+    # ------------------------------------------------------------ the run
+    def evaluate(self) -> dict[str, float] | None:
+        if self.eval_ds is None:
+            return None
+        metrics = evaluate(self.objective, self.eval_ds, batch_size=self.cfg.train.eval_batch_size,
+                           info=self.info, precision=self.cfg.train.precision)
+        if self.log is not None:
+            self.log.write({"step": self.step, "split": "eval", **metrics})
+        return metrics
+
+    def run(self) -> dict:
+        cfg = self.cfg.train
+        bar = tqdm(total=self.total_steps, initial=self.step, desc=self.cfg.name, dynamic_ncols=True,
+                   disable=not (self.info.is_main and cfg.progress))
+        window_elapsed, window_tokens = self.elapsed, self.tokens
+        clock = time.perf_counter()
+        while self.step < self.total_steps:
+            metrics = self.train_step()
+            now = time.perf_counter()
+            self.elapsed += now - clock
+            clock = now
+            bar.update(1)
+            if self.step % cfg.log_every == 0 or self.step == self.total_steps:
+                speed = (self.tokens - window_tokens) / max(self.elapsed - window_elapsed, 1e-9)
+                window_elapsed, window_tokens = self.elapsed, self.tokens
+                record = {"step": self.step, "split": "train", **metrics, "tokens": self.tokens,
+                          "tokens_per_s": speed, "elapsed_s": self.elapsed,
+                          "epoch": self.sampler.epoch_of(self.step)}
+                if self.log is not None:
+                    self.log.write(record)
+                bar.set_postfix(loss=f"{metrics['loss']:.4f}", acc=f"{metrics['accuracy']:.3f}",
+                                tok_s=f"{speed:,.0f}")
+            if cfg.eval_every and self.step % cfg.eval_every == 0 and self.step < self.total_steps:
+                self.evaluate()
+            if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0 and self.step < self.total_steps:
+                self.save()
+            clock = time.perf_counter()  # evaluation and checkpoints are not training time
+        bar.close()
+        return self.finish()
+
+    def finish(self) -> dict:
+        final_eval = self.evaluate()
+        self.save()
+        summary = {"name": self.cfg.name, "steps": self.step, "tokens": self.tokens,
+                   "train_seconds": self.elapsed, "tokens_per_s": self.tokens / max(self.elapsed, 1e-9),
+                   "world_size": self.info.world_size, "model": model_description(self.model), "eval": final_eval}
+        if self.info.is_main:
+            self.model.save_pretrained(self.run_dir / "final")
+            (self.run_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
+            self.log.close()
+            plot_curves(self.run_dir)
+        barrier()
+        return summary
+
+
+def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False) -> dict:
+    """Train the run ``cfg`` describes (joining torchrun's process group if launched by torchrun).
+
+    Returns the summary (also written to <run>/summary.json).
+    """
+    info = init_distributed(cfg.train.device)
+    try:
+        if cfg.train.threads is not None:
+            torch.set_num_threads(cfg.train.threads)
+        torch.use_deterministic_algorithms(cfg.train.deterministic)
+        run_dir = _setup_run_dir(cfg, info, resume, overwrite)
+        if info.is_main and resume and ckpt.checkpoint_dir(run_dir).is_dir():
+            ckpt.remove_stale_temporaries(run_dir)
+        barrier()
+        return Trainer(cfg, info, run_dir, resume).run()
+    finally:
+        shutdown()

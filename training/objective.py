@@ -1,0 +1,67 @@
+"""Next-token objective on supervised positions, as one module DDP can wrap.
+
+For a batch ``input_ids`` [B, T] with HF-aligned ``labels`` [B, T] (−100 =
+unsupervised), the logits at position t are scored against labels[t + 1].
+``CausalLMObjective.forward`` returns the summed cross-entropy, the number of
+supervised positions and the number of correct arg-max predictions, so that
+the loop can normalise by the global count (exact under accumulation and any
+number of processes).
+
+``logits="supervised"`` applies the LM head only at supervised positions
+(decoder → hidden states → lm_head on the selected rows), which on MQAR skips
+~94 % of the head's work; ``logits="all"`` calls the model's own forward. The
+two give the same loss for models whose logits are ``lm_head(decoder(x))``;
+``check_supervised_logits`` verifies this on a batch before training and
+refuses models for which it does not hold (e.g. logit soft-capping).
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+IGNORE_INDEX = -100
+
+
+class CausalLMObjective(nn.Module):
+    """Wraps a HF causal LM; forward(input_ids, labels, attention_mask) -> (loss_sum, count, correct)."""
+
+    def __init__(self, model: nn.Module, logits: Literal["supervised", "all"] = "all"):
+        super().__init__()
+        if logits not in ("supervised", "all"):
+            raise ValueError(f"logits must be 'supervised' or 'all', got {logits!r}")
+        if logits == "supervised" and (not hasattr(model, "get_decoder") or model.get_output_embeddings() is None):
+            raise ValueError(f"logits='supervised' needs a model with get_decoder() and an output embedding; "
+                             f"{type(model).__name__} has not; use logits='all'")
+        self.model, self.logits = model, logits
+
+    def selected_logits(self, input_ids: torch.Tensor, labels: torch.Tensor,
+                        attention_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits [N, vocab] at the N supervised positions and their targets [N]."""
+        supervised = labels[:, 1:] != IGNORE_INDEX            # [B, T-1]: position t predicts labels[t+1]
+        targets = labels[:, 1:][supervised]                   # [N]
+        if self.logits == "all":
+            logits = self.model(input_ids=input_ids, attention_mask=attention_mask).logits  # [B, T, V]
+            return logits[:, :-1][supervised], targets
+        hidden = self.model.get_decoder()(input_ids=input_ids, attention_mask=attention_mask)[0]  # [B, T, d]
+        return self.model.get_output_embeddings()(hidden[:, :-1][supervised]), targets            # [N, V]
+
+    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor,
+                attention_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        logits, targets = self.selected_logits(input_ids, labels, attention_mask)
+        loss_sum = F.cross_entropy(logits.float(), targets.long(), reduction="sum")
+        correct = (logits.detach().argmax(-1) == targets).sum()
+        return loss_sum, torch.tensor(targets.numel(), device=loss_sum.device), correct
+
+
+@torch.no_grad()
+def check_supervised_logits(model: nn.Module, input_ids: torch.Tensor, labels: torch.Tensor) -> None:
+    """Raise if the supervised-position fast path disagrees with the model's own logits."""
+    fast, _ = CausalLMObjective(model, "supervised").selected_logits(input_ids, labels)
+    full, _ = CausalLMObjective(model, "all").selected_logits(input_ids, labels)
+    if fast.shape != full.shape or not torch.allclose(fast, full, rtol=1e-4, atol=1e-5):
+        diff = (fast - full).abs().max().item() if fast.shape == full.shape else float("nan")
+        raise ValueError(f"{type(model).__name__}: logits of lm_head(decoder(x)) differ from the model's "
+                         f"forward (max |diff| {diff:.3g}); set train.logits: all")
