@@ -124,13 +124,31 @@ class Attention(nn.Module):
         valid = self._valid(B, T, mask, state, x.device)
         key_mask = None if valid is None or bool(valid.all()) else valid
         o, kv = ATTENTION_FORMS[self.form](q, k, v, scale=self.scale, window=self.window, initial_state=prefix,
-                                           output_final_state=return_state, key_mask=key_mask)
+                                           output_final_state=return_state and mask is None, key_mask=key_mask)
         y = self.o_proj(o.reshape(B, T, self.H * self.V))
         if not return_state:
             return y, None
-        if valid is None:
-            valid = torch.ones(B, kv[0].shape[2], dtype=torch.bool, device=x.device)
-        return y, AttentionState(kv[0], kv[1], valid[:, -kv[0].shape[2]:], next_pos)
+        if mask is None:  # no new padding: the op's cache (already cut to the window) is the state
+            n = kv[0].shape[2]
+            valid = torch.ones(B, n, dtype=torch.bool, device=x.device) if valid is None else valid[:, -n:]
+            return y, AttentionState(kv[0], kv[1], valid, next_pos)
+        return y, self._packed_state(k, v, prefix, valid, next_pos)
+
+    def _packed_state(self, k, v, prefix, valid, next_pos) -> AttentionState:
+        """Cache after a padded call: real pairs moved to the end of each row (order kept), so that
+        the last w slots hold the last w real tokens; slots that are padding in every row are dropped."""
+        keys, values = k.transpose(1, 2), v.transpose(1, 2)  # [B, Hkv, T, D]
+        if prefix is not None:
+            keys, values = torch.cat([prefix[0], keys], 2), torch.cat([prefix[1], values], 2)
+        order = torch.argsort(valid.int(), dim=1, stable=True)  # [B, N]: padding first
+        keys = keys.gather(2, order[:, None, :, None].expand_as(keys))
+        values = values.gather(2, order[:, None, :, None].expand_as(values))
+        valid = valid.gather(1, order)
+        drop = int((~valid).sum(1).min())
+        if self.window is not None:
+            drop = max(drop, valid.shape[1] - self.window)
+        return AttentionState(keys[:, :, drop:].contiguous(), values[:, :, drop:].contiguous(), valid[:, drop:],
+                              next_pos)
 
     @staticmethod
     def _valid(B, T, mask, state, device):

@@ -43,7 +43,9 @@ class ShortConv(nn.Module):
         elif tuple(buffer.shape) != (B, self.size - 1, C):
             raise ValueError(f"conv buffer must be [B, size-1, C] = {(B, self.size - 1, C)}, got {tuple(buffer.shape)}")
         window = torch.cat([buffer.to(z.dtype), z], dim=1)  # [B, size − 1 + T, C]
-        u = F.conv1d(window.transpose(1, 2), self.weight, groups=C)  # [B, C, T]
-        u = u.transpose(1, 2)  # [B, T, C]
+        taps = self.weight[:, 0, :].to(z.dtype)  # [C, size]; tap size − 1 multiplies z_t
+        u = window[:, :T] * taps[:, 0]
+        for j in range(1, self.size):  # a sum over the few taps (no conv primitive: no per-shape setup)
+            u = u + window[:, j:j + T] * taps[:, j]  # [B, T, C]
         y = F.silu(u) if self.activation else u
         return y, window[:, window.shape[1] - (self.size - 1):]

@@ -1,0 +1,11 @@
+"""Tiny float64 models: one intra-op thread is faster than two (no thread hand-off per tiny matmul)."""
+import pytest
+import torch
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
