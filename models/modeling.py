@@ -72,6 +72,17 @@ class AssocMemPreTrainedModel(PreTrainedModel):
     def _supports_default_dynamic_cache(cls) -> bool:
         return False  # the model creates its own AssocMemCache
 
+    @staticmethod
+    def _finalize_model_loading(model, load_config, loading_info):
+        """transformers' post-load step, then every tensor copied into freshly allocated memory:
+        tensors loaded as views of the safetensors buffer can be unaligned, BLAS then rounds
+        differently, and the logits would not be bit-identical to the saved model's."""
+        loading_info = PreTrainedModel._finalize_model_loading(model, load_config, loading_info)
+        with torch.no_grad():
+            for tensor in list(model.parameters()) + list(model.buffers()):
+                tensor.data = tensor.data.clone()
+        return loading_info
+
     def _init_weights(self, module: nn.Module) -> None:
         """Normal(0, init_std) embeddings and linear maps, unit norms; mixer-specific parameters
         (decay rates, conv taps, spectral grids) keep their own constructors' init."""
@@ -213,7 +224,9 @@ class AssocMemForCausalLM(AssocMemPreTrainedModel, GenerationMixin):
         logits = self.lm_head(h[:, -logits_to_keep:] if logits_to_keep else h)
         loss = None
         if labels is not None:
-            loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=-100)
+            flat = logits[:, :-1].flatten(0, 1)
+            flat = flat if flat.dtype in (torch.float32, torch.float64) else flat.float()  # bf16/fp16 -> fp32
+            loss = F.cross_entropy(flat, labels[:, 1:].flatten(), ignore_index=-100)
         return CausalLMOutputWithPast(loss=loss, logits=logits, past_key_values=out.past_key_values,
                                       hidden_states=out.hidden_states)
 
