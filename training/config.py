@@ -181,6 +181,12 @@ class TrainConfig(_Strict):
     optim: OptimConfig = Field(default_factory=OptimConfig, description="optimizer and schedule")
     train: TrainLoopConfig = Field(description="loop settings")
 
+    @model_validator(mode="after")
+    def _warmup_fits(self) -> "TrainConfig":
+        if self.train.steps is not None and self.optim.warmup_steps > self.train.steps:
+            raise ValueError(f"optim.warmup_steps={self.optim.warmup_steps} exceeds train.steps={self.train.steps}")
+        return self
+
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
 

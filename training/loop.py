@@ -211,6 +211,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False) ->
     Returns the summary (also written to <run>/summary.json).
     """
     info = init_distributed(cfg.train.device)
+    threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
     try:
         if cfg.train.threads is not None:
             torch.set_num_threads(cfg.train.threads)
@@ -220,5 +221,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False) ->
             ckpt.remove_stale_temporaries(run_dir)
         barrier()
         return Trainer(cfg, info, run_dir, resume).run()
-    finally:
+    finally:  # leave the process as we found it (train() may be called from a notebook or a test)
+        torch.set_num_threads(threads)
+        torch.use_deterministic_algorithms(deterministic)
         shutdown()

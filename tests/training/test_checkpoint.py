@@ -1,0 +1,99 @@
+"""Checkpoints: exact round trip, weights_only loading, atomic writes, keep-last-N."""
+import random
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from assocmem.training import checkpoint as ckpt
+
+
+class Tied(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(11, 4)
+        self.head = nn.Linear(4, 11, bias=False)
+        self.head.weight = self.embed.weight  # shared tensor, stored once by safetensors
+        self.norm = nn.LayerNorm(4)
+
+
+def _trained(seed=0):
+    torch.manual_seed(seed)
+    model = Tied()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model.head(model.norm(model.embed(torch.tensor([1, 2, 3])))).square().mean().backward()
+    opt.step()
+    return model, opt
+
+
+def _state(opt):
+    return {"optimizer": opt.state_dict(), "rng": [ckpt.rng_state()], "samples_seen": 3}
+
+
+def test_round_trip_is_exact_and_loads_with_weights_only(tmp_path):
+    model, opt = _trained()
+    path = ckpt.save_checkpoint(tmp_path, 3, model, _state(opt), keep_last=2)
+    assert path.name == "step_00000003"
+    state = torch.load(path / ckpt.STATE_FILE, weights_only=True)  # no arbitrary pickles
+    fresh, _ = _trained(seed=1)
+    ckpt.load_weights(path, fresh)
+    for (name, a), b in zip(model.state_dict().items(), fresh.state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, msg=name)
+    assert fresh.head.weight.data_ptr() == fresh.embed.weight.data_ptr()
+    opt2 = torch.optim.AdamW(fresh.parameters(), lr=1e-2)
+    opt2.load_state_dict(state["optimizer"])
+    torch.testing.assert_close(opt2.state_dict()["state"][0]["exp_avg"], opt.state_dict()["state"][0]["exp_avg"],
+                               rtol=0, atol=0)
+    assert state["step"] == 3 and state["samples_seen"] == 3
+
+
+def test_rng_state_restores_every_generator():
+    saved = ckpt.rng_state()
+    first = (torch.rand(3), np.random.rand(3), random.random())
+    torch.rand(5), np.random.rand(5), random.random()
+    ckpt.set_rng_state(saved)
+    second = (torch.rand(3), np.random.rand(3), random.random())
+    torch.testing.assert_close(first[0], second[0], rtol=0, atol=0)
+    np.testing.assert_array_equal(first[1], second[1])
+    assert first[2] == second[2]
+
+
+def test_keep_last_n(tmp_path):
+    model, opt = _trained()
+    for step in (2, 4, 6, 8):
+        ckpt.save_checkpoint(tmp_path, step, model, _state(opt), keep_last=2)
+    assert [p.name for p in ckpt.list_checkpoints(tmp_path)] == ["step_00000006", "step_00000008"]
+    assert ckpt.latest_checkpoint(tmp_path).name == "step_00000008"
+
+
+def test_a_failed_write_leaves_the_previous_checkpoints_intact(tmp_path, monkeypatch):
+    model, opt = _trained()
+    ckpt.save_checkpoint(tmp_path, 2, model, _state(opt), keep_last=1)
+
+    def crash(*args, **kwargs):
+        raise OSError("disk full")
+    monkeypatch.setattr(ckpt.torch, "save", crash)
+    with pytest.raises(OSError, match="disk full"):
+        ckpt.save_checkpoint(tmp_path, 4, model, _state(opt), keep_last=1)
+    assert [p.name for p in ckpt.list_checkpoints(tmp_path)] == ["step_00000002"]
+    assert not list(ckpt.checkpoint_dir(tmp_path).glob(".tmp-*"))
+
+
+def test_a_killed_writer_leaves_only_an_ignored_temporary(tmp_path):
+    model, opt = _trained()
+    ckpt.save_checkpoint(tmp_path, 2, model, _state(opt), keep_last=3)
+    torn = ckpt.checkpoint_dir(tmp_path) / ".tmp-step_00000004-999"  # what SIGKILL mid-write leaves
+    torn.mkdir()
+    (torn / ckpt.WEIGHTS_FILE).write_bytes(b"partial")
+    incomplete = ckpt.checkpoint_dir(tmp_path) / "step_00000006"      # a folder without its state file
+    incomplete.mkdir()
+    assert ckpt.latest_checkpoint(tmp_path).name == "step_00000002"
+    ckpt.remove_stale_temporaries(tmp_path)
+    assert not torn.exists()
+
+
+def test_keep_last_must_be_positive(tmp_path):
+    model, opt = _trained()
+    with pytest.raises(ValueError, match="keep_last"):
+        ckpt.save_checkpoint(tmp_path, 1, model, _state(opt), keep_last=0)

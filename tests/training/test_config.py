@@ -1,0 +1,77 @@
+"""TrainConfig: YAML in/out, unknown keys rejected with the allowed ones listed, --set overrides."""
+import pytest
+import yaml
+
+from assocmem.training.config import ConfigError, TrainConfig, apply_overrides, config_from_dict, load_config
+
+from training_helpers import BASE, merge
+
+
+def test_load_config_defaults_name_to_file_stem_and_round_trips(write_config):
+    cfg = load_config(write_config("my-run"))
+    assert cfg.name == "my-run" and cfg.data.kind == "mqar" and cfg.train.steps == 12
+    again = config_from_dict(yaml.safe_load(cfg.to_yaml()))
+    assert again == cfg
+
+
+@pytest.mark.parametrize("update,where,allowed", [
+    ({"colour": 1}, "config.colour", "name, output_dir, seed, model, data, optim, train"),
+    ({"optim": {"learning_rate": 1}}, "config.optim.learning_rate",
+     "lr, weight_decay, betas, eps, warmup_steps, min_lr_ratio, grad_clip"),
+    ({"data": {"num_pairs": 3}}, "config.data.num_pairs", "num_kv_pairs"),
+    ({"model": {"hf_config": None, "hybrid": {"d_model": 32, "layer": "gdn"}}}, "config.model.hybrid.layer",
+     "d_model, vocab_size, layers"),
+])
+def test_unknown_keys_are_rejected_with_the_allowed_list(update, where, allowed):
+    with pytest.raises(ConfigError) as err:
+        config_from_dict(merge(BASE, update))
+    assert f"unknown key {where}" in str(err.value) and allowed in str(err.value)
+
+
+def test_unknown_data_kind_lists_the_kinds():
+    with pytest.raises(ConfigError, match=r"data.kind must be one of \['mqar', 'graph_walk', 'selective_copy', 'files'\]"):
+        config_from_dict(merge(BASE, {"data": {"kind": "copy"}}))
+
+
+@pytest.mark.parametrize("update,match", [
+    ({"model": {"preset": "thesis-tiny-gdn-75"}}, "exactly one of preset, hybrid, hf_config"),
+    ({"train": {"epochs": 2}}, "exactly one of steps, epochs"),
+    ({"train": {"batch_size": 0}}, "train.batch_size: Input should be greater than 0"),
+    ({"data": {"eval_seed": 0}}, "must differ"),
+])
+def test_invalid_values_name_the_field(update, match):
+    with pytest.raises(ConfigError, match=match):
+        config_from_dict(merge(BASE, update))
+
+
+def test_set_overrides_coerce_to_the_field_types():
+    raw = apply_overrides(BASE, ["optim.lr=1e-3", "name=123", "optim.betas=[0.9, 0.99]", "optim.grad_clip=null",
+                                 "train.precision=bf16", "data.num_kv_pairs=8", "train.deterministic=false"])
+    cfg = config_from_dict(raw)
+    assert cfg.optim.lr == 1e-3 and cfg.name == "123" and cfg.optim.betas == (0.9, 0.99)
+    assert cfg.optim.grad_clip is None and cfg.train.precision == "bf16" and cfg.data.num_kv_pairs == 8
+    assert cfg.train.deterministic is False
+    assert BASE["optim"]["lr"] == 3e-3  # the input is not modified
+
+
+def test_set_reaches_into_a_hybrid_and_creates_sections():
+    raw = apply_overrides(merge(BASE, {"model": {"hf_config": None}}),
+                          ["model.hf_config=null", "model.hybrid.d_model=32", "model.hybrid.layers=gdn,attn",
+                           "model.hybrid.mlp_ratio=0"])
+    cfg = config_from_dict(raw)
+    assert cfg.model.hybrid == {"d_model": 32, "layers": "gdn,attn", "mlp_ratio": 0}
+
+
+@pytest.mark.parametrize("item,match", [
+    ("optim.lrate=1", "unknown key config.optim.lrate; allowed keys in OptimConfig: lr, weight_decay"),
+    ("trainer.steps=3", "unknown key config.trainer; allowed keys in TrainConfig"),
+    ("optim.lr", "expects key=value"),
+])
+def test_bad_set_overrides(item, match):
+    with pytest.raises(ConfigError, match=match):
+        apply_overrides(BASE, [item])
+
+
+def test_load_config_applies_overrides(write_config):
+    cfg = load_config(write_config("x"), ["train.steps=3"])
+    assert cfg.train.steps == 3 and isinstance(cfg, TrainConfig)
