@@ -1,0 +1,233 @@
+"""Delta-rule family: DeltaNet, Gated DeltaNet, Longhorn and the "joint" GD variant.
+
+Per head the state is S ∈ R^{K×V}; the read-out comes after the write,
+o_t = S_tᵀ (scale · q_t) (REFERENCES.md §1). With α_t = exp(log_alpha_t):
+
+    DeltaNet         S_t = (I − β_t k_t k_tᵀ) S_{t−1} + β_t k_t v_tᵀ
+    Gated DeltaNet   S_t = α_t (I − β_t k_t k_tᵀ) S_{t−1} + β_t k_t v_tᵀ      (retain, then one GD step)
+    Longhorn         DeltaNet (or Gated DeltaNet) with β_t → ε_t = β_t / (1 + β_t ‖k_t‖²):
+                     the exact proximal (implicit) step argmin_S ½‖Sᵀk − v‖² + 1/(2β)‖S − S_{t−1}‖²_F
+    joint            S_t = (diag(α_t) − β_t k_t k_tᵀ) S_{t−1} + β_t k_t v_tᵀ    (one GD step on ℓ2 + ℓ2-decay
+                     taken at S_{t−1}; α_t scalar per head or one factor per key row of S)
+
+The delta rule reads "erase what S predicts for k_t, write v_t": the correction
+is u_t = β_t (v_t − S̄ᵀ k_t) with S̄ = α_t S_{t−1} (Gated DeltaNet) or S̄ = S_{t−1}
+(joint), then S_t = diag(α_t) S_{t−1} + k_t u_tᵀ.
+
+The joint variant with scalar α is exactly a gated delta rule with erase
+strength β/α and written value α·v:
+    (α I − β k kᵀ) S + β k vᵀ = α (I − (β/α) k kᵀ) S + (β/α) k (α v)ᵀ,
+so ``chunk_delta_rule_joint`` with scalar gates calls ``chunk_delta_rule`` on
+(β/α, α·v). This needs α > 0 representable: log_alpha above about −80 in
+float32 (−700 in float64), else β/α overflows. With per-key α it is a
+diagonal-plus-rank-one transition (RWKV-7-like) and uses the per-key chunk
+form in ``delta_chunk.py``.
+
+Forms, one contract (ARCHITECTURE.md, "Functional op contract"):
+
+    o, S = <form>(q, k, v, *, log_alpha=None, beta=None, scale=None,
+                  initial_state=None, output_final_state=False[, chunk_size=64])
+    q, k: [B, T, H, K]; v: [B, T, H, V]; beta: None (= 1) or [B, T, H];
+    log_alpha: None (α = 1) or [B, T, H]; the joint variant also takes [B, T, H, K];
+    initial_state: None (zeros) or [B, H, K, V]; scale: K**-0.5 if None.
+
+* ``recurrent_*`` loop over time, numbered steps following the equations above.
+* ``chunk_*`` use the WY/UT representation (``delta_chunk.py``).
+
+Precision: bf16/fp16 inputs are computed and the state accumulated in float32;
+``o`` is returned in the input dtype and the final state in float32. float32
+and float64 compute in their own dtype. Gates are cast to the compute dtype.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from .delta_chunk import chunk_key_decay, chunk_scalar_decay
+
+__all__ = [
+    "recurrent_delta_rule", "recurrent_longhorn", "recurrent_delta_rule_joint",
+    "chunk_delta_rule", "chunk_longhorn", "chunk_delta_rule_joint",
+]
+
+
+class _Inputs(NamedTuple):
+    """Validated inputs in the compute dtype, defaults filled in, q already scaled."""
+    q: torch.Tensor                 # [B, T, H, K], scale · q
+    k: torch.Tensor                 # [B, T, H, K]
+    v: torch.Tensor                 # [B, T, H, V]
+    log_alpha: torch.Tensor | None  # None, [B, T, H] or [B, T, H, K]
+    beta: torch.Tensor              # [B, T, H]
+    state: torch.Tensor             # [B, H, K, V]
+
+
+def _check_tensor(name: str, x, rank: int) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise TypeError(f"{name} must have a floating dtype (float16/bfloat16/float32/float64), got {x.dtype}")
+    if x.dim() != rank:
+        raise ValueError(f"{name} must have rank {rank}, got shape {tuple(x.shape)}")
+
+
+def _check_log_alpha(fn: str, log_alpha, B: int, T: int, H: int, K: int, per_key: bool) -> None:
+    if log_alpha is None:
+        return
+    allowed = [(B, T, H)] + ([(B, T, H, K)] if per_key else [])
+    names = "[B, T, H]" + (" or [B, T, H, K]" if per_key else "")
+    if not isinstance(log_alpha, torch.Tensor) or not log_alpha.is_floating_point():
+        raise TypeError(f"{fn}: log_alpha must be None or a floating tensor {names}, got "
+                        f"{getattr(log_alpha, 'dtype', type(log_alpha).__name__)}")
+    if tuple(log_alpha.shape) not in allowed:
+        hint = "" if per_key else " (per-key decay [B, T, H, K] is only defined for the joint variant)"
+        raise ValueError(f"{fn}: log_alpha must be None or {names} = {' or '.join(map(str, allowed))}, "
+                         f"got {tuple(log_alpha.shape)}{hint}")
+
+
+def _prepare(fn: str, q, k, v, log_alpha, beta, scale, initial_state, *, per_key: bool) -> _Inputs:
+    """Validate the op contract and return the inputs in the compute dtype."""
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        _check_tensor(name, x, 4)
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    if k.shape != q.shape:
+        raise ValueError(f"{fn}: k must have the shape of q [B, T, H, K] = {tuple(q.shape)}, got {tuple(k.shape)}")
+    if v.shape[:3] != q.shape[:3]:
+        raise ValueError(f"{fn}: v must be [B, T, H, V] with B, T, H = {(B, T, H)}, got {tuple(v.shape)}")
+    if not q.dtype == k.dtype == v.dtype:
+        raise TypeError(f"{fn}: q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if T == 0:
+        raise ValueError(f"{fn}: q, k, v have T = 0 tokens; at least one is required")
+    _check_log_alpha(fn, log_alpha, B, T, H, K, per_key)
+    if beta is not None:
+        _check_tensor("beta", beta, 3)
+        if tuple(beta.shape) != (B, T, H):
+            raise ValueError(f"{fn}: beta must be None or [B, T, H] = {(B, T, H)}, got {tuple(beta.shape)}")
+    if initial_state is not None:
+        _check_tensor("initial_state", initial_state, 4)
+        if tuple(initial_state.shape) != (B, H, K, V):
+            raise ValueError(f"{fn}: initial_state must be [B, H, K, V] = {(B, H, K, V)}, "
+                             f"got {tuple(initial_state.shape)}")
+    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float))):
+        raise TypeError(f"{fn}: scale must be a number or None, got {type(scale).__name__}")
+    cd = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
+    scale = K ** -0.5 if scale is None else float(scale)
+    return _Inputs(
+        q=q.to(cd) * scale, k=k.to(cd), v=v.to(cd),
+        log_alpha=None if log_alpha is None else log_alpha.to(cd),
+        beta=q.new_ones(B, T, H, dtype=cd) if beta is None else beta.to(cd),
+        state=q.new_zeros(B, H, K, V, dtype=cd) if initial_state is None else initial_state.to(cd),
+    )
+
+
+def _check_chunk_size(fn: str, chunk_size) -> int:
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"{fn}: chunk_size must be a positive int, got {chunk_size!r}")
+    return chunk_size
+
+
+def _finish(o: torch.Tensor, S: torch.Tensor, dtype: torch.dtype, output_final_state: bool):
+    return o.to(dtype), (S if output_final_state else None)
+
+
+def _longhorn_step_size(x: _Inputs) -> _Inputs:
+    """Longhorn's exact proximal step: ε_t = β_t / (1 + β_t ‖k_t‖²)."""
+    return x._replace(beta=x.beta / (1 + x.beta * (x.k * x.k).sum(-1)))  # (B, T, H)
+
+
+# --------------------------------------------------------------------------------------------
+# Hand-written recurrences
+# --------------------------------------------------------------------------------------------
+
+def _delta_recurrence(x: _Inputs, *, joint: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token at a time. joint=False: Gated DeltaNet (retain, then GD); joint=True: one GD step at S_{t−1}."""
+    S = x.state  # (B, H, K, V)
+    outs = []
+    for t in range(x.q.shape[1]):
+        k_t, v_t, beta_t = x.k[:, t], x.v[:, t], x.beta[:, t, :, None]  # (B, H, K), (B, H, V), (B, H, 1)
+        alpha = 1.0
+        if x.log_alpha is not None:  # (B, H, 1, 1) scalar per head or (B, H, K, 1) per key row of S
+            a_t = x.log_alpha[:, t].exp()
+            alpha = a_t[..., None, None] if a_t.dim() == 2 else a_t[..., None]
+        # 1. the state the erase reads: S̄ = α_t S_{t−1} (Gated DeltaNet) or S_{t−1} (joint)
+        S_read = S if joint else alpha * S
+        # 2. correction u_t = β_t (v_t − S̄ᵀ k_t)
+        u_t = beta_t * (v_t - torch.einsum("bhkv,bhk->bhv", S_read, k_t))  # (B, H, V)
+        # 3. write: S_t = diag(α_t) S_{t−1} + k_t u_tᵀ
+        S = alpha * S + k_t[..., :, None] * u_t[..., None, :]  # (B, H, K, V)
+        # 4. read after the write: o_t = S_tᵀ (scale · q_t)
+        outs.append(torch.einsum("bhkv,bhk->bhv", S, x.q[:, t]))  # (B, H, V)
+    return torch.stack(outs, dim=1), S  # (B, T, H, V), (B, H, K, V)
+
+
+def recurrent_delta_rule(q, k, v, *, log_alpha=None, beta=None, scale=None,
+                         initial_state=None, output_final_state=False):
+    """DeltaNet (log_alpha None) or Gated DeltaNet (log_alpha [B, T, H]), token by token.
+
+    S_t = α_t (I − β_t k_t k_tᵀ) S_{t−1} + β_t k_t v_tᵀ,  o_t = S_tᵀ (scale · q_t).
+    Shapes as in the module docstring. Returns o [B, T, H, V] (dtype of q) and
+    S [B, H, K, V] if output_final_state else None.
+    """
+    x = _prepare("recurrent_delta_rule", q, k, v, log_alpha, beta, scale, initial_state, per_key=False)
+    return _finish(*_delta_recurrence(x, joint=False), q.dtype, output_final_state)
+
+
+def recurrent_longhorn(q, k, v, *, log_alpha=None, beta=None, scale=None,
+                       initial_state=None, output_final_state=False):
+    """Longhorn (exact implicit step), token by token: the delta rule with ε_t = β_t / (1 + β_t ‖k_t‖²).
+
+    With log_alpha [B, T, H] the state is decayed first (retain, then the implicit step).
+    """
+    x = _prepare("recurrent_longhorn", q, k, v, log_alpha, beta, scale, initial_state, per_key=False)
+    return _finish(*_delta_recurrence(_longhorn_step_size(x), joint=False), q.dtype, output_final_state)
+
+
+def recurrent_delta_rule_joint(q, k, v, *, log_alpha=None, beta=None, scale=None,
+                               initial_state=None, output_final_state=False):
+    """One GD step on ℓ2 + ℓ2-decay at S_{t−1}, token by token.
+
+    S_t = (diag(α_t) − β_t k_t k_tᵀ) S_{t−1} + β_t k_t v_tᵀ, log_alpha None, [B, T, H] or [B, T, H, K].
+    """
+    x = _prepare("recurrent_delta_rule_joint", q, k, v, log_alpha, beta, scale, initial_state, per_key=True)
+    return _finish(*_delta_recurrence(x, joint=True), q.dtype, output_final_state)
+
+
+# --------------------------------------------------------------------------------------------
+# Chunkwise forms (WY/UT representation, delta_chunk.py)
+# --------------------------------------------------------------------------------------------
+
+def chunk_delta_rule(q, k, v, *, log_alpha=None, beta=None, scale=None,
+                     initial_state=None, output_final_state=False, chunk_size=64):
+    """Chunkwise DeltaNet / Gated DeltaNet; same semantics as ``recurrent_delta_rule``.
+
+    T need not be a multiple of chunk_size (padded internally with α = 1, β = 0).
+    """
+    C = _check_chunk_size("chunk_delta_rule", chunk_size)
+    x = _prepare("chunk_delta_rule", q, k, v, log_alpha, beta, scale, initial_state, per_key=False)
+    return _finish(*chunk_scalar_decay(*x, C), q.dtype, output_final_state)
+
+
+def chunk_longhorn(q, k, v, *, log_alpha=None, beta=None, scale=None,
+                   initial_state=None, output_final_state=False, chunk_size=64):
+    """Chunkwise Longhorn: ``chunk_delta_rule`` with ε_t = β_t / (1 + β_t ‖k_t‖²)."""
+    C = _check_chunk_size("chunk_longhorn", chunk_size)
+    x = _prepare("chunk_longhorn", q, k, v, log_alpha, beta, scale, initial_state, per_key=False)
+    return _finish(*chunk_scalar_decay(*_longhorn_step_size(x), C), q.dtype, output_final_state)
+
+
+def chunk_delta_rule_joint(q, k, v, *, log_alpha=None, beta=None, scale=None,
+                           initial_state=None, output_final_state=False, chunk_size=64):
+    """Chunkwise joint variant; same semantics as ``recurrent_delta_rule_joint``.
+
+    Scalar (or no) decay: the exact reparametrisation β → β/α, v → α·v onto the
+    gated delta rule (module docstring). Per-key decay: the diagonal-plus-rank-one
+    chunk form ``chunk_key_decay`` with the erase reading S_{t−1}.
+    """
+    C = _check_chunk_size("chunk_delta_rule_joint", chunk_size)
+    x = _prepare("chunk_delta_rule_joint", q, k, v, log_alpha, beta, scale, initial_state, per_key=True)
+    if x.log_alpha is not None and x.log_alpha.dim() == 4:
+        return _finish(*chunk_key_decay(*x, C, erase_reads_decayed=False), q.dtype, output_final_state)
+    if x.log_alpha is not None:
+        x = x._replace(beta=x.beta * (-x.log_alpha).exp(), v=x.v * x.log_alpha.exp()[..., None])
+    return _finish(*chunk_scalar_decay(*x, C), q.dtype, output_final_state)
