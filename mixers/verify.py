@@ -84,6 +84,8 @@ def _gates(spec, rnd, B, T, H, K) -> dict[str, torch.Tensor]:
         return dict(beta=dt, log_alpha=dt * A)
     if lay.lr_gate == "sigmoid" or spec.algebra in ("delta", "diag_rank1", "scan"):
         out["beta"] = torch.sigmoid(rnd(B, T, H))
+        if spec.bias.kind == "lp":  # ∇ ∝ |e|^{p−1}: keep the step in the stable (non-divergent) regime
+            out["beta"] = 0.2 * out["beta"]
     if isinstance(r, L2Decay):
         if r.gate == "fixed":  # RetNet γ_h = 1 − 2^(−5−h)
             gamma = 1 - 2.0 ** (-5.0 - torch.arange(H, dtype=rnd(1).dtype))
@@ -138,16 +140,20 @@ def run(fn: Callable, case: Case, *, extra: dict | None = None, seed: int = 1) -
     o, S = fn(q, k, v, **kw, scale=case.scale, initial_state=case.initial_state,
               output_final_state=True, **(extra or {}))
     g = torch.Generator().manual_seed(seed)
-    cot = torch.randn(o.shape, generator=g, dtype=o.dtype)  # same cotangent for every implementation
+    cot = torch.randn(o.shape, generator=g, dtype=torch.float64).to(o.dtype)  # same for every implementation
     inputs = list(case.tensors.values())
     grads = torch.autograd.grad((o * cot).sum(), inputs, allow_unused=True)
-    grads = [torch.zeros_like(i) if gr is None else gr for i, gr in zip(inputs, grads)]
+    grads = {n: torch.zeros_like(i) if gr is None else gr for n, i, gr in zip(case.tensors, inputs, grads)}
     return {"output": [o.detach()], "state": [x.detach() for x in _flat(S)], "grad": grads}
 
 
-def max_abs_error(a: dict[str, list[torch.Tensor]], b: dict[str, list[torch.Tensor]]) -> float:
-    """Max abs difference over outputs, gradients and (when both return one) final states."""
+def max_abs_error(a: dict, b: dict, grad_inputs: tuple[str, ...] | None = None) -> float:
+    """Max abs difference over outputs, input gradients (all, or those named) and, when
+    both return one, final states."""
     err = 0.0
+    names = list(a["grad"]) if grad_inputs is None else list(grad_inputs)
+    a = dict(a, grad=[a["grad"][n] for n in names])
+    b = dict(b, grad=[b["grad"][n] for n in names])
     for key in ("output", "grad", "state"):
         if key == "state" and not (a[key] and b[key]):
             continue
@@ -161,19 +167,19 @@ def max_abs_error(a: dict[str, list[torch.Tensor]], b: dict[str, list[torch.Tens
     return err
 
 
-def _pairs(spec: MixerSpec) -> list[tuple[str, Callable, float, bool, dict]]:
-    """(pair name, fn, tolerance, supports initial state, extra kwargs) to compare with derived."""
+def _pairs(spec: MixerSpec) -> list[tuple[str, Callable, float, bool, dict, tuple | None]]:
+    """(pair, fn, tolerance, supports initial state, extra kwargs, comparable gradients)."""
     pairs = []
     hw = hand_written(spec)
     if hw is not None:
-        pairs.append((f"derived vs {hw[0]} (hand-written)", hw[1], EXACT_ATOL, True, {}))
+        pairs.append((f"derived vs {hw[0]} (hand-written)", hw[1], EXACT_ATOL, True, {}, None))
     for name in FORMS[spec.algebra]:
         if name in APPROXIMATE or name == "recurrent":
             continue  # recurrent = the hand-written one above (or derived itself)
         extra = {"chunk_size": 16} if name == "chunk" else {}
-        pairs.append((f"derived vs form:{name}", lower(spec, name).fn, EXACT_ATOL, True, extra))
+        pairs.append((f"derived vs form:{name}", lower(spec, name).fn, EXACT_ATOL, True, extra, None))
     for ref in external_references(spec):
-        pairs.append((f"derived vs {ref.name}", ref.fn, ref.atol, ref.initial_state, {}))
+        pairs.append((f"derived vs {ref.name}", ref.fn, ref.atol, ref.initial_state, {}, ref.grad_inputs))
     return pairs
 
 
@@ -204,9 +210,9 @@ def verify(spec: MixerSpec | str, *, T: int = 70, B: int = 2, H: int = 2, K: int
     cases = {s: make_case(spec, B=B, T=T, H=H, K=K, V=V, seed=seed, with_state=s) for s in (True, False)}
     truth = {s: run(step, c) for s, c in cases.items()}
     results = []
-    for pair, fn, tol, with_state, extra in _pairs(spec):
+    for pair, fn, tol, with_state, extra, grads in _pairs(spec):
         try:
-            err = max_abs_error(truth[with_state], run(fn, cases[with_state], extra=extra))
+            err = max_abs_error(truth[with_state], run(fn, cases[with_state], extra=extra), grads)
         except Exception as exc:  # a failing implementation is a failed pair, reported with its reason
             results.append(PairResult(label, f"{pair} [error: {type(exc).__name__}: {exc}]", float("inf"), False, tol))
             continue

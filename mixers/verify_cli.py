@@ -34,7 +34,8 @@ def _resolve(name: str) -> MixerSpec:
         raise SystemExit(f"verify: {exc.args[0]}") from None
 
 
-def print_table(results: list[PairResult], out=sys.stdout) -> None:
+def print_table(results: list[PairResult], out=None) -> None:
+    out = out or sys.stdout
     w = max(len(r.pair) for r in results)
     print(f"{'preset':22s}  {'pair':{w}s}  {'max abs error':>13s}  {'tol':>7s}  result", file=out)
     for r in results:
