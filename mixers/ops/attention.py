@@ -56,21 +56,73 @@ def _check(q, k, v, window, initial_state, key_mask) -> int:
     return N
 
 
+HEADROOM = 256  # minimum number of spare slots allocated when a cache buffer grows
+
+
 def _concat(k, v, initial_state) -> State:
     """All pairs as [B, Hkv, N + T, D]: the cache followed by the new ones."""
     keys, values = k.transpose(1, 2), v.transpose(1, 2)  # [B, Hkv, T, D]
-    if initial_state is not None:
-        keys = torch.cat([initial_state[0], keys], dim=2)
-        values = torch.cat([initial_state[1], values], dim=2)
-    return keys, values
+    if initial_state is None:
+        return keys, values
+    return append_pairs(initial_state[0], keys), append_pairs(initial_state[1], values)
+
+
+def append_pairs(prefix: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+    """prefix [B, H, N, D] followed by new [B, H, T, D] along the slot axis, amortised O(T).
+
+    Results are views of buffers allocated here with spare slots; each view
+    carries its buffer (attribute ``_kv_buffer``) and the buffer records the end
+    of its newest view (``_kv_end``). When ``prefix`` is the newest view of its
+    buffer and the buffer has room, the new rows are written into the spare
+    slots after it; otherwise (a foreign tensor, an older view, a full buffer) a
+    buffer with max(HEADROOM, N/2) spare slots is allocated and the prefix copied
+    once. Decoding T tokens one by one thus copies O(N + T) rows in total rather
+    than O(N·T), and no tensor handed out earlier ever changes. Under autograd it
+    is a plain ``torch.cat``.
+    """
+    B, H, N, D = prefix.shape
+    T = new.shape[2]
+    if torch.is_grad_enabled() and (prefix.requires_grad or new.requires_grad):
+        return torch.cat([prefix, new], dim=2)
+    buf = getattr(prefix, "_kv_buffer", None)
+    if buf is not None and prefix.dtype == new.dtype and _end(prefix, buf) == buf._kv_end \
+            and buf._kv_end + T <= buf.shape[2]:
+        out = prefix.as_strided((B, H, N + T, D), prefix.stride(), prefix.storage_offset())
+        out[:, :, N:] = new
+        buf._kv_end += T
+    else:
+        buf = prefix.new_empty(B, H, N + T + max(HEADROOM, N // 2), D)
+        buf[:, :, :N] = prefix
+        buf[:, :, N:N + T] = new
+        out = buf[:, :, :N + T]
+        buf._kv_end = N + T
+    out._kv_buffer = buf
+    return out
+
+
+def _end(t: torch.Tensor, buf: torch.Tensor) -> int:
+    """Slot index just after the last slot of view t [B, H, n, D] of buf [B, H, S, D] (-1 if not a view of it)."""
+    if t.untyped_storage().data_ptr() != buf.untyped_storage().data_ptr() or t.stride() != buf.stride():
+        return -1
+    return (t.storage_offset() - buf.storage_offset()) // t.shape[3] + t.shape[2]
+
+
+def _last(t: torch.Tensor, window: int) -> torch.Tensor:
+    """The last `window` slots of t: a view that keeps t's buffer, or a copy of a foreign tensor."""
+    buf = getattr(t, "_kv_buffer", None)
+    if buf is None:
+        return t[:, :, -window:].clone()
+    out = t[:, :, -window:]
+    out._kv_buffer = buf
+    return out
 
 
 def _final(keys, values, window, output_final_state):
     if not output_final_state:
         return None
-    if window is not None:
-        keys, values = keys[:, :, -window:], values[:, :, -window:]
-    return keys.contiguous(), values.contiguous()
+    if window is not None:  # keep the last `window` pairs
+        keys, values = _last(keys, window), _last(values, window)
+    return keys, values
 
 
 def attention_mask(T: int, N: int, *, window=None, key_mask=None, device=None) -> torch.Tensor:
@@ -129,14 +181,12 @@ def sdpa_softmax_attention(q, k, v, *, scale=None, window=None, initial_state=No
     rep = H // k.shape[2]
     keys, values = _concat(k, v, initial_state)  # [B, Hkv, N + T, D]
     qh = q.transpose(1, 2)  # [B, H, T, K]
-    kh, vh = keys, values
-    if rep > 1:
-        kh, vh = keys.repeat_interleave(rep, dim=1), values.repeat_interleave(rep, dim=1)  # [B, H, N + T, D]
+    gqa = rep > 1  # query head h reads kv head h // rep
     if window is None and key_mask is None and N == 0:
-        o = F.scaled_dot_product_attention(qh, kh, vh, is_causal=True, scale=scale)
-    elif window is None and key_mask is None and T == 1:
-        o = F.scaled_dot_product_attention(qh, kh, vh, scale=scale)  # one query reads the whole cache
+        o = F.scaled_dot_product_attention(qh, keys, values, is_causal=True, scale=scale, enable_gqa=gqa)
+    elif window is None and key_mask is None and T == 1:  # one query reads the whole cache
+        o = F.scaled_dot_product_attention(qh, keys, values, scale=scale, enable_gqa=gqa)
     else:
         mask = attention_mask(T, N, window=window, key_mask=key_mask, device=q.device)
-        o = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, scale=scale)
+        o = F.scaled_dot_product_attention(qh, keys, values, attn_mask=mask, scale=scale, enable_gqa=gqa)
     return o.transpose(1, 2), _final(keys, values, window, output_final_state)  # o: [B, T, H, V]

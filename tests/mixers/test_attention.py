@@ -219,3 +219,27 @@ def test_module_bad_config():
         Attention(32, num_heads=4, head_dim=7)
     with pytest.raises(ValueError, match="form 'chunk'"):
         Attention(32, num_heads=4, head_dim=8, form="chunk")
+
+
+def test_append_pairs_amortised_and_safe():
+    """Decode appends write into spare slots of our own buffer; foreign storage is never written."""
+    from assocmem.mixers.ops.attention import append_pairs
+
+    prefix = torch.randn(2, 3, 5, 4)
+    a = append_pairs(prefix, torch.randn(2, 3, 1, 4))  # allocates a buffer with headroom
+    snapshot = a.clone()
+    b = append_pairs(a, torch.randn(2, 3, 2, 4))  # written in place after a's end
+    assert b.data_ptr() == a.data_ptr() and b.shape == (2, 3, 8, 4)
+    torch.testing.assert_close(a, snapshot, atol=0, rtol=0)  # a's visible rows untouched
+    torch.testing.assert_close(b[:, :, :6], snapshot, atol=0, rtol=0)
+    big = torch.randn(2, 3, 9, 4)
+    view, tail = big[:, :, :5], big[:, :, 5:].clone()
+    c = append_pairs(view, torch.randn(2, 3, 1, 4))  # not our buffer: copied, big untouched
+    torch.testing.assert_close(big[:, :, 5:], tail, atol=0, rtol=0)
+    torch.testing.assert_close(c[:, :, :5], view, atol=0, rtol=0)
+    d = append_pairs(a, torch.randn(2, 3, 1, 4))  # a is no longer the newest view: copied, b untouched
+    assert d.data_ptr() != b.data_ptr()
+    torch.testing.assert_close(b[:, :, :6], snapshot, atol=0, rtol=0)
+    with torch.inference_mode():  # the decode setting: no autograd view tracking
+        e = append_pairs(b, torch.randn(2, 3, 1, 4))
+        assert e.data_ptr() == b.data_ptr()

@@ -1,0 +1,139 @@
+"""`assocmem bench decode`: per-token decode latency against context length.
+
+Three models of the same width and depth: pure attention, a 75% Gated DeltaNet
+hybrid (attention at layers 3, 7, 11 of 12, thesis Table 4.1) and pure GDN.
+For each context length N the cache is put in the state it has after N tokens
+and then `steps` tokens are decoded one at a time (median ms per token):
+
+- attention layers get a KV cache of N random keys/values (their decode cost
+  depends only on N, not on the values);
+- recurrent layers keep the fixed-size state of a short real prompt (their
+  size does not depend on N, which is the point).
+
+Cache bytes per sequence are read off the cache after the N tokens. Targets
+(issue 4): pure-GDN latency flat within 1.2x from 1k to 16k; the 75% hybrid at
+16k at least 2x faster per token than pure attention. Timings are ratios within
+one run on a noisy machine.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from assocmem.mixers.attention import AttentionState
+
+from .config import HybridConfig
+from .presets import build_model
+
+MODELS = {
+    "attention": dict(layers="attn"),
+    "gdn75": dict(layers="gdn", attention_layers=[3, 7, 11]),
+    "gdn": dict(layers="gdn"),
+}
+
+
+def bench_config(kind: str, d_model: int, n_layers: int, vocab: int) -> HybridConfig:
+    spec = dict(MODELS[kind])
+    if "attention_layers" in spec:  # keep Table 4.1's 75% placement (every 4th layer) at any depth
+        spec["attention_layers"] = [i for i in range(n_layers) if i % 4 == 3]
+    return HybridConfig(d_model=d_model, vocab_size=vocab, n_layers=n_layers, num_heads=max(1, d_model // 64),
+                        mlp_ratio=4.0, **spec)
+
+
+def _fill_cache(model, cache, n: int, gen: torch.Generator) -> None:
+    """Grow every attention layer's cache to n random pairs (recurrent states are left as they are)."""
+    for i in range(len(cache.layers)):
+        st = cache[i]
+        if isinstance(st, AttentionState):
+            B, Hkv, _, K = st.keys.shape
+            V = st.values.shape[-1]
+            keys = torch.randn(B, Hkv, n, K, generator=gen).to(st.keys.dtype)
+            values = torch.randn(B, Hkv, n, V, generator=gen).to(st.values.dtype)
+            valid = torch.ones(B, n, dtype=torch.bool)
+            cache[i] = AttentionState(keys, values, valid, torch.full((B,), n, dtype=torch.long))
+    cache.seen_tokens = n
+
+
+@torch.inference_mode()
+def time_decode(model, context: int, *, batch: int, steps: int, warmup: int, seed: int = 0) -> dict:
+    """Median seconds per decoded token at a given context, and the cache's bytes per sequence."""
+    gen = torch.Generator().manual_seed(seed)
+    vocab = model.config.vocab_size
+    prompt = torch.randint(0, vocab, (batch, 8), generator=gen)
+    cache = model(prompt).past_key_values
+    _fill_cache(model, cache, context, gen)
+    bytes_per_seq = cache.state_bytes() // batch
+    token = torch.randint(0, vocab, (batch, 1), generator=gen)
+    times = []
+    for i in range(warmup + steps):
+        t0 = time.perf_counter()
+        logits = model(token, past_key_values=cache).logits
+        times.append(time.perf_counter() - t0)
+        token = logits[:, -1:].argmax(-1)
+    return {"ms_per_token": 1e3 * statistics.median(times[warmup:]), "cache_bytes_per_seq": bytes_per_seq}
+
+
+def run_decode_bench(contexts=(1024, 4096, 16384), *, d_model: int = 512, n_layers: int = 12, vocab: int = 32000,
+                     batch: int = 1, steps: int = 20, warmup: int = 3, dtype: torch.dtype = torch.float32,
+                     models=tuple(MODELS)) -> dict:
+    """Run the benchmark; returns {"rows": [...], "ratios": {...}, "config": {...}}."""
+    rows = []
+    for kind in models:
+        torch.manual_seed(0)
+        model = build_model(bench_config(kind, d_model, n_layers, vocab), dtype=dtype).eval()
+        for n in contexts:
+            r = time_decode(model, n, batch=batch, steps=steps, warmup=warmup)
+            rows.append({"model": kind, "context": n, **r})
+            print(f"  {kind:10s} context {n:6d}: {r['ms_per_token']:8.2f} ms/token, "
+                  f"cache {r['cache_bytes_per_seq'] / 2**20:9.2f} MiB/seq", flush=True)
+    config = dict(contexts=list(contexts), d_model=d_model, n_layers=n_layers, vocab=vocab, batch=batch,
+                  steps=steps, warmup=warmup, dtype=str(dtype), threads=torch.get_num_threads())
+    return {"config": config, "rows": rows, "ratios": ratios(rows)}
+
+
+def ratios(rows: list[dict]) -> dict:
+    """Flatness of each model's latency (longest / shortest context) and speedups over attention."""
+    by = {(r["model"], r["context"]): r["ms_per_token"] for r in rows}
+    ctx = sorted({r["context"] for r in rows})
+    out = {}
+    for kind in sorted({r["model"] for r in rows}):
+        out[f"{kind}_latency_{ctx[-1]}_over_{ctx[0]}"] = by[(kind, ctx[-1])] / by[(kind, ctx[0])]
+        if kind != "attention" and ("attention", ctx[-1]) in by:
+            out[f"attention_over_{kind}_at_{ctx[-1]}"] = by[("attention", ctx[-1])] / by[(kind, ctx[-1])]
+    return out
+
+
+def register_decode(kinds: argparse._SubParsersAction) -> None:
+    """Add `decode` to the `assocmem bench` subcommands."""
+    p = kinds.add_parser("decode", help="per-token decode latency vs context (attention, 75% GDN hybrid, GDN)",
+                         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--json", type=Path, metavar="PATH", help="write config, rows and ratios as JSON")
+    p.add_argument("--contexts", nargs="+", type=int, default=[1024, 4096, 16384], metavar="N")
+    p.add_argument("--d-model", type=int, default=512)
+    p.add_argument("--layers", type=int, default=12, help="depth of every model")
+    p.add_argument("--vocab", type=int, default=32000)
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--steps", type=int, default=20, help="timed decode steps per context")
+    p.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
+    p.add_argument("--threads", type=int, default=None,
+                   help="intra-op threads (default: torch's); 1 avoids thread hand-offs on a busy machine")
+    p.set_defaults(func=_decode)
+
+
+def _decode(args: argparse.Namespace) -> int:
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    result = run_decode_bench(tuple(args.contexts), d_model=args.d_model, n_layers=args.layers, vocab=args.vocab,
+                              batch=args.batch, steps=args.steps, models=tuple(args.models))
+    print("\nratios (same run):")
+    for key, value in result["ratios"].items():
+        print(f"  {key:40s} {value:6.2f}")
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2))
+        print(f"wrote {args.json}")
+    return 0
