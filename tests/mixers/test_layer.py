@@ -1,7 +1,9 @@
 """build_mixer and the generic recurrent Mixer: gates, conv, forms, decode state."""
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -156,3 +158,39 @@ def test_bad_state():
     assert isinstance(m(torch.randn(1, 2, 32, dtype=torch.float64))[1], MixerState)
     assert m(torch.randn(1, 2, 32, dtype=torch.float64), return_state=False)[1] is None
     assert math.isfinite(float(m(torch.randn(1, 3, 32, dtype=torch.float64))[0].detach().sum()))
+
+
+FIXTURE_DIR = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures" / "sca_reference"
+
+
+@pytest.mark.parametrize("variant", ["sca_layer", "sca_layer_gqa"])
+def test_sca_spec_builds_the_authors_layer(variant):
+    """build_mixer(sca spec with the fixture's options) loads the authors' weights and reproduces their
+    output; the hybrid block around it is x + SCA(RMSNorm(x)) (Nautile §2.1, pre-norm + residual)."""
+    path = FIXTURE_DIR / f"{variant}.safetensors"
+    if not path.exists():
+        pytest.skip(f"SCA fixture not found at {path.resolve()}")
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    from assocmem.models.blocks import Block
+
+    with safe_open(str(path), "pt") as f:
+        cfg = json.loads(f.metadata()["config"])
+    tensors = load_file(str(path))
+    layer = dict(num_heads=cfg["num_heads"], sca_query_heads=cfg["num_query_heads"], sca_expand=cfg["expand_factor"],
+                 sca_out_expand=cfg["out_expand_factor"], conv_size=cfg["conv_kernel_size"], sca_maxlen=cfg["maxlen"])
+    spec = MixerSpec.model_validate({**get_preset("sca").model_dump(), "layer": {**get_preset("sca").layer.model_dump(),
+                                                                                 **layer}})
+    block = Block(spec, cfg["d_model"], mlp_hidden=0, norm_eps=1e-6, layer_idx=0).double()
+    weights = {k: v for k, v in tensors.items() if not k.startswith(("core.", "state.", "input", "output", "step.",
+                                                                      "prefill20"))}
+    block.mixer.load_state_dict(weights, strict=True)
+    x = tensors["input"]
+    y, _ = block.mixer(x)
+    torch.testing.assert_close(y, tensors["output"], atol=1e-12, rtol=0)
+    with torch.no_grad():
+        block.mixer_norm.weight.copy_(torch.linspace(0.5, 1.5, cfg["d_model"], dtype=torch.float64))
+    out, _ = block(x)
+    normed = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * block.mixer_norm.weight
+    torch.testing.assert_close(out, x + block.mixer(normed)[0], atol=1e-12, rtol=0)
