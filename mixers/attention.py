@@ -19,7 +19,6 @@ from typing import NamedTuple
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from .ops.attention import recurrent_softmax_attention, sdpa_softmax_attention
 

@@ -148,8 +148,9 @@ class AssocMemModel(AssocMemPreTrainedModel):
                 hidden.append(h)
         if cache is not None:
             cache.seen_tokens += T
-        return BaseModelOutputWithPast(last_hidden_state=self.norm(h), past_key_values=cache,
-                                       hidden_states=None if hidden is None else tuple(hidden))
+        out = BaseModelOutputWithPast(last_hidden_state=self.norm(h), past_key_values=cache,
+                                      hidden_states=None if hidden is None else tuple(hidden))
+        return out if return_dict is not False else out.to_tuple()
 
     def _embed(self, input_ids, inputs_embeds) -> torch.Tensor:
         if (input_ids is None) == (inputs_embeds is None):
@@ -227,8 +228,9 @@ class AssocMemForCausalLM(AssocMemPreTrainedModel, GenerationMixin):
             flat = logits[:, :-1].flatten(0, 1)
             flat = flat if flat.dtype in (torch.float32, torch.float64) else flat.float()  # bf16/fp16 -> fp32
             loss = F.cross_entropy(flat, labels[:, 1:].flatten(), ignore_index=-100)
-        return CausalLMOutputWithPast(loss=loss, logits=logits, past_key_values=out.past_key_values,
-                                      hidden_states=out.hidden_states)
+        result = CausalLMOutputWithPast(loss=loss, logits=logits, past_key_values=out.past_key_values,
+                                        hidden_states=out.hidden_states)
+        return result if return_dict is not False else result.to_tuple()
 
 
 AutoConfig.register("assocmem", AssocMemConfig, exist_ok=True)

@@ -139,7 +139,7 @@ def _module(**kw) -> Attention:
 
 def test_rope_matches_transformers_llama():
     """RoPE angles and rotation equal transformers' Llama convention (rotate_half, θ^(−2i/K))."""
-    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb, rotate_half  # noqa: F401
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
     x = torch.randn(2, 5, 3, 8, dtype=torch.float64)
     pos = torch.arange(5)[None].expand(2, 5) + 3

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from assocmem.memories import L2, Huber, L2Decay, Matrix, RetainThenGD
+from assocmem.memories import Huber, L2Decay, Matrix, RetainThenGD
 from assocmem.mixers import LayerOptions, MixerSpec, get_preset
 from assocmem.mixers.attention import Attention
 from assocmem.mixers.conv import ShortConv

@@ -113,6 +113,8 @@ def test_loss_and_hidden_states():
     torch.testing.assert_close(model.model.norm(out.hidden_states[-1]), model.model(x).last_hidden_state,
                                atol=0, rtol=0)
     assert model(x, logits_to_keep=1).logits.shape == (2, 1, 64)
+    as_tuple = model(x, labels=x, use_cache=False, return_dict=False)
+    assert len(as_tuple) == 2 and torch.equal(as_tuple[1], out.logits)  # (loss, logits)
 
 
 def test_cache_bytes_and_reset():
