@@ -257,13 +257,38 @@ def _parse_value(cls: type[BaseModel] | None, key: str, raw: str) -> Any:
     return yaml.safe_load(raw)
 
 
+def set_values(data: dict, values: dict[str, Any]) -> dict:
+    """Set already-typed values at dotted keys of a raw config dict (a deep copy is returned).
+
+    Missing intermediate sections are created; unknown keys raise ConfigError.
+    """
+    out = yaml.safe_load(yaml.safe_dump(data))  # deep copy of plain data
+    for dotted, value in values.items():
+        path = [p for p in dotted.strip().split(".") if p]
+        if not path:
+            raise ConfigError(f"empty key in {dotted!r}")
+        cls, key = _target_class(path, out)
+        if cls is not None and key not in cls.model_fields:
+            raise ConfigError(f"unknown key config.{dotted}; allowed keys in {cls.__name__}: "
+                              f"{', '.join(cls.model_fields)}")
+        node = out
+        for part in path[:-1]:
+            if node.get(part) is None:  # absent or null section
+                node[part] = {}
+            node = node[part]
+            if not isinstance(node, dict):
+                raise ConfigError(f"{dotted}: {part} is not a section")
+        node[key] = value
+    return out
+
+
 def apply_overrides(data: dict, overrides: list[str]) -> dict:
-    """Apply ``key.sub=value`` strings to a raw config dict (a deep copy is returned).
+    """Apply ``key.sub=value`` strings (``--set``) to a raw config dict (a deep copy is returned).
 
     Values are YAML (``1e-3``, ``[0.9, 0.99]``, ``true``, ``null``) unless the field is
     a string; missing intermediate sections are created; unknown keys raise.
     """
-    out = yaml.safe_load(yaml.safe_dump(data))  # deep copy of plain data
+    out = data
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"--set expects key=value (e.g. optim.lr=1e-3), got {item!r}")
@@ -272,16 +297,8 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
         if not path:
             raise ConfigError(f"--set has an empty key in {item!r}")
         cls, key = _target_class(path, out)
-        if cls is not None and key not in cls.model_fields:
-            raise ConfigError(f"unknown key config.{dotted}; allowed keys in {cls.__name__}: "
-                              f"{', '.join(cls.model_fields)}")
-        node = out
-        for part in path[:-1]:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise ConfigError(f"--set {dotted}: {part} is not a section")
-        node[key] = _parse_value(cls, key, raw.strip())
-    return out
+        out = set_values(out, {dotted.strip(): _parse_value(cls, key, raw.strip())})
+    return yaml.safe_load(yaml.safe_dump(out)) if out is data else out
 
 
 # ---------------------------------------------------------------- loading

@@ -215,7 +215,8 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False) ->
     try:
         if cfg.train.threads is not None:
             torch.set_num_threads(cfg.train.threads)
-        torch.use_deterministic_algorithms(cfg.train.deterministic)
+        if deterministic != cfg.train.deterministic:  # (the call imports torch._inductor: only when needed)
+            torch.use_deterministic_algorithms(cfg.train.deterministic)
         run_dir = _setup_run_dir(cfg, info, resume, overwrite)
         if info.is_main and resume and ckpt.checkpoint_dir(run_dir).is_dir():
             ckpt.remove_stale_temporaries(run_dir)
@@ -223,5 +224,6 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False) ->
         return Trainer(cfg, info, run_dir, resume).run()
     finally:  # leave the process as we found it (train() may be called from a notebook or a test)
         torch.set_num_threads(threads)
-        torch.use_deterministic_algorithms(deterministic)
+        if torch.are_deterministic_algorithms_enabled() != deterministic:
+            torch.use_deterministic_algorithms(deterministic)
         shutdown()

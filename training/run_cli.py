@@ -24,7 +24,10 @@ def register(subparsers) -> None:
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--resume", action="store_true", help="continue the run from its latest checkpoint (exact)")
     mode.add_argument("--overwrite", action="store_true", help="replace an existing run folder of the same name")
-    p.add_argument("--print-config", action="store_true", help="print the validated config and exit")
+    p.add_argument("--print-config", action="store_true", help="print the validated config(s) and exit")
+    p.add_argument("--list", action="store_true", help="sweep files: list the runs and their status, then exit")
+    p.add_argument("--only", action="append", default=[], metavar="TEXT",
+                   help="sweep files: train only runs whose name contains TEXT (repeatable: any of them)")
     p.set_defaults(func=_train)
 
     e = subparsers.add_parser("eval", help="evaluate a trained run",
@@ -41,7 +44,10 @@ def register(subparsers) -> None:
 
 def _train(args: argparse.Namespace) -> int:
     from .loop import train
+    from .sweep import is_sweep
 
+    if Path(args.config).is_file() and is_sweep(args.config):
+        return _sweep(args)
     try:
         cfg = load_config(args.config, args.overrides)
     except ConfigError as err:
@@ -71,4 +77,35 @@ def _eval(args: argparse.Namespace) -> int:
     out = Path(args.json) if args.json else Path(args.run_dir) / "eval.json"
     out.write_text(json.dumps(metrics, indent=2))
     print(json.dumps(metrics))
+    return 0
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    """Train every run of a sweep file in order (finished runs skipped, interrupted ones resumed)."""
+    from .loop import train
+    from .sweep import load_sweep, markdown_table, results_table, run_status
+
+    try:
+        spec, runs = load_sweep(args.config, args.overrides)
+    except ConfigError as err:
+        print(f"assocmem train: {err}", file=sys.stderr)
+        return 2
+    chosen = [(labels, cfg) for labels, cfg in runs if not args.only or any(t in cfg.name for t in args.only)]
+    if args.list or args.print_config:
+        for _, cfg in chosen:
+            print(cfg.to_yaml() + "---" if args.print_config else f"{run_status(cfg):8s} {cfg.name}")
+        return 0
+    for i, (_, cfg) in enumerate(chosen):
+        status = run_status(cfg)
+        if status == "done" and not args.overwrite:
+            print(f"[{i + 1}/{len(chosen)}] {cfg.name}: done, skipped")
+            continue
+        print(f"[{i + 1}/{len(chosen)}] {cfg.name}: {'resuming' if status == 'started' else 'training'}")
+        summary = train(cfg, resume=status == "started" and not args.overwrite, overwrite=args.overwrite)
+        print(json.dumps({k: summary[k] for k in ("name", "steps", "tokens_per_s", "eval")}))
+    table = results_table(spec, runs)
+    out = Path(runs[0][1].output_dir) / Path(args.config).stem
+    out.with_suffix(".results.json").write_text(json.dumps(table, indent=2))
+    out.with_suffix(".results.md").write_text(markdown_table(table))
+    print(markdown_table(table), end="")
     return 0

@@ -1,0 +1,44 @@
+"""Sweep files: product of labelled axes, resumable execution, best-over-lr table."""
+import json
+
+import yaml
+
+from assocmem.training.cli import main as cli_main
+from assocmem.training.sweep import load_sweep
+from training_helpers import BASE, merge
+
+SWEEP = {"best_over": "lr", "axes": {
+    "kv": {"K2": {"data.num_kv_pairs": 2}, "K4": {"data.num_kv_pairs": 4}},
+    "lr": {"lo": {"optim.lr": 1.0e-5}, "hi": {"optim.lr": 1.0e-2}}}}
+
+
+def _write(tmp_path):
+    data = merge(BASE, {"name": "sw", "output_dir": str(tmp_path / "runs"),
+                        "train": {"steps": 3, "log_every": 3}, "optim": {"warmup_steps": 0}})
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump({**data, "sweep": SWEEP}, sort_keys=False))
+    return path
+
+
+def test_axes_expand_to_named_configs(tmp_path):
+    spec, runs = load_sweep(_write(tmp_path), ["train.steps=5"])
+    assert [cfg.name for _, cfg in runs] == ["sw-K2-lo", "sw-K2-hi", "sw-K4-lo", "sw-K4-hi"]
+    assert [(cfg.data.num_kv_pairs, cfg.optim.lr, cfg.train.steps) for _, cfg in runs] == [
+        (2, 1e-5, 5), (2, 1e-2, 5), (4, 1e-5, 5), (4, 1e-2, 5)]
+    assert spec.best_over == "lr" and runs[1][0] == {"kv": "K2", "lr": "hi"}
+
+
+def test_sweep_trains_skips_finished_runs_and_tabulates_the_best_lr(tmp_path, capsys):
+    path = _write(tmp_path)
+    assert cli_main(["train", str(path), "--only", "K2"]) == 0
+    assert cli_main(["train", str(path), "--list"]) == 0
+    listing = capsys.readouterr().out
+    assert "done     sw-K2-lo" in listing and "new      sw-K4-hi" in listing
+    assert cli_main(["train", str(path), "--only", "K2"]) == 0
+    assert "sw-K2-hi: done, skipped" in capsys.readouterr().out
+    table = json.loads((tmp_path / "runs" / "sweep.results.json").read_text())
+    assert len(table) == 1 and table[0]["kv"] == "K2"
+    summaries = {lr: json.loads((tmp_path / "runs" / f"sw-K2-{lr}" / "summary.json").read_text())["eval"]["accuracy"]
+                 for lr in ("lo", "hi")}
+    best = max(summaries, key=summaries.get)
+    assert table[0]["best"] == best and table[0]["accuracy"] == summaries[best]
