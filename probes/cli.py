@@ -1,0 +1,248 @@
+"""``assocmem probe graph-tracing | recall | causality | capacity | hybrid-experiment``.
+
+Every probe writes <out>/<probe>.json and its PNG figures into the output folder
+named by ``--out`` and prints that folder when done. An existing non-empty
+output folder is refused unless ``--overwrite``.
+
+Models (MODEL arguments) are a saved HF model folder (``save_pretrained``; a run
+folder of ``assocmem train`` is accepted and its ``final/`` is used), or an
+assocmem model preset name (randomly initialised: for smoke tests only).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+
+def register(subparsers) -> None:
+    """Add ``probe`` and its sub-subcommands (called by training/cli.py)."""
+    p = subparsers.add_parser("probe", help="representation and memory probes (JSON + PNG)",
+                              description="Probes: in-context graph tracing, MQAR recall, causality, capacity, "
+                                          "and the thesis' hybrid experiment.")
+    sub = p.add_subparsers(dest="probe", metavar="PROBE")
+    sub.required = True
+    _graph_parser(sub)
+    _recall_parser(sub)
+    _causality_parser(sub)
+    _capacity_parser(sub)
+    from .experiment_hybrid import register as register_hybrid
+
+    register_hybrid(sub, _common)
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", required=True, help="output folder (refused if non-empty, unless --overwrite)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing non-empty output folder")
+    p.add_argument("--seed", type=int, default=0, help="seed of every random draw (default 0)")
+
+
+def prepare_out(path: str | Path, overwrite: bool) -> Path:
+    """Create the output folder; refuse a non-empty one unless ``overwrite``."""
+    out = Path(path)
+    if out.exists() and any(out.iterdir()):
+        if not overwrite:
+            raise FileExistsError(f"--out {out} exists and is not empty; pass --overwrite to replace it")
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def load_model(ref: str):
+    """A causal LM from a saved folder (or run folder) or an assocmem model preset name."""
+    import assocmem.models  # noqa: F401  (registers model_type "assocmem" with transformers)
+    from assocmem.models import build_model, list_model_presets
+    from transformers import AutoModelForCausalLM
+
+    path = Path(ref)
+    if path.is_dir():
+        folder = path / "final" if (path / "final" / "config.json").is_file() else path
+        return AutoModelForCausalLM.from_pretrained(folder).eval(), {"model": str(folder), "trained": True}
+    if ref in list_model_presets():
+        return build_model(ref).eval(), {"model": ref, "trained": False}
+    raise ValueError(f"model {ref!r}: not a folder and not a model preset; presets: {list_model_presets()}")
+
+
+def _write_json(out: Path, name: str, data: dict) -> Path:
+    path = out / f"{name}.json"
+    path.write_text(json.dumps(data, indent=2))
+    return path
+
+
+def _run(fn, args) -> int:
+    try:
+        out = fn(args)
+    except (FileExistsError, FileNotFoundError, ValueError, TypeError) as err:
+        print(f"assocmem probe {args.probe}: {err}", file=sys.stderr)
+        return 2
+    print(out)
+    return 0
+
+
+# ------------------------------------------------------------------ graph tracing
+def _graph_parser(sub) -> None:
+    g = sub.add_parser("graph-tracing", help="in-context graph tracing (Park et al. 2025): PCA, energy, accuracy")
+    g.add_argument("model", help="saved model folder / run folder, or a model preset name")
+    g.add_argument("--graph", nargs="+", default=["grid"], choices=["grid", "ring", "hex"], help="graph(s)")
+    g.add_argument("--walks", type=int, default=16, help="walks in the batch (default 16)")
+    g.add_argument("--length", type=int, default=1200, help="walk length in tokens (default 1200)")
+    g.add_argument("--window", type=int, default=50, help="trailing window W of the class means (default 50)")
+    g.add_argument("--pca-window", type=int, default=None, help="window of the PCA class means (default W)")
+    g.add_argument("--pca-contexts", type=int, nargs="+", default=None, help="context lengths of PCA panels")
+    g.add_argument("--batch-size", type=int, default=4, help="walks per forward (default 4)")
+    _common(g)
+    g.set_defaults(func=lambda a: _run(_graph_tracing, a))
+
+
+def _graph_tracing(args) -> Path:
+    from assocmem.training.graphs import make_graph
+
+    from .graph_tracing import save_graph_tracing_figures, trace_graph
+
+    out = prepare_out(args.out, args.overwrite)
+    model, info = load_model(args.model)
+    report = {**info, "graphs": {}}
+    for kind in args.graph:
+        graph = make_graph(kind)
+        res = trace_graph(model, graph, num_walks=args.walks, walk_length=args.length, window=args.window,
+                          pca_window=args.pca_window, pca_contexts=args.pca_contexts, batch_size=args.batch_size,
+                          seed=args.seed)
+        save_graph_tracing_figures(res, graph, out, name=f"graph_tracing_{kind}", title=f"{args.model} — {kind}")
+        report["graphs"][kind] = res.to_json()
+    _write_json(out, "graph_tracing", report)
+    return out
+
+
+# ------------------------------------------------------------------ recall
+def _recall_parser(sub) -> None:
+    r = sub.add_parser("recall", help="MQAR accuracy vs key-value pairs and vs state size (Zoology)")
+    r.add_argument("--models", nargs="*", default=[], help="saved model folders / run folders to evaluate")
+    r.add_argument("--train-mixers", nargs="*", default=[], help="also train 2-layer MLP-free models of these "
+                   "mixers (names/aliases of assocmem.mixers, e.g. gdn attn mamba2)")
+    r.add_argument("--d-models", type=int, nargs="+", default=[32, 64], help="widths of the trained models")
+    r.add_argument("--train-kv-pairs", type=int, default=8, help="K of the training data (default 8)")
+    r.add_argument("--steps", type=int, default=500, help="training steps per model (default 500)")
+    r.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (default 3e-3)")
+    r.add_argument("--seq-len", type=int, default=64, help="MQAR sequence length L (default 64)")
+    r.add_argument("--num-kv-pairs", type=int, nargs="+", default=[2, 4, 8, 16], help="K values evaluated")
+    r.add_argument("--vocab-size", type=int, default=256, help="MQAR vocabulary (default 256)")
+    r.add_argument("--examples", type=int, default=256, help="test examples per K (default 256)")
+    _common(r)
+    r.set_defaults(func=lambda a: _run(_recall, a))
+
+
+def _recall(args) -> Path:
+    from .recall import recall_vs_pairs, save_recall_figures, summarize, train_mqar_models
+
+    if not args.models and not args.train_mixers:
+        raise ValueError("give --models and/or --train-mixers")
+    out = prepare_out(args.out, args.overwrite)
+    models, mixer_of = {}, {}
+    for ref in args.models:
+        models[ref], _ = load_model(ref)
+        mixer_of[ref] = Path(ref).name
+    trained = train_mqar_models(args.train_mixers, args.d_models, out_dir=out / "runs", seq_len=args.seq_len,
+                                num_kv_pairs=args.train_kv_pairs, vocab_size=args.vocab_size, steps=args.steps,
+                                lr=args.lr, seed=args.seed) if args.train_mixers else {}
+    for label, (mixer, model) in trained.items():
+        models[label], mixer_of[label] = model, mixer
+    points = recall_vs_pairs(models, num_kv_pairs=args.num_kv_pairs, seq_len=args.seq_len,
+                             vocab_size=args.vocab_size, mixer_of=mixer_of, num_examples=args.examples,
+                             seed=args.seed + 1000)
+    save_recall_figures(points, out)
+    _write_json(out, "recall", {"seq_len": args.seq_len, "vocab_size": args.vocab_size, **summarize(points)})
+    return out
+
+
+# ------------------------------------------------------------------ causality
+def _causality_parser(sub) -> None:
+    c = sub.add_parser("causality", help="perturb-the-future check: first leaking position and max leak")
+    c.add_argument("targets", nargs="+", help="mixer preset names, spec YAML/JSON files, 'all-presets', "
+                   "model folders or model preset names")
+    c.add_argument("--seq-len", type=int, default=19, help="sequence length (default 19)")
+    c.add_argument("--atol", type=float, default=0.0, help="allowed change (default 0: bit-identical)")
+    c.add_argument("--ops", action="store_true", help="also check every exact form of each mixer spec's op")
+    _common(c)
+    c.set_defaults(func=lambda a: _run(_causality, a))
+
+
+def _expand_targets(targets: list[str]) -> list[str]:
+    from assocmem.mixers import list_presets
+
+    return [t for target in targets for t in (list_presets() if target == "all-presets" else [target])]
+
+
+def _causality(args) -> Path:
+    import torch
+    from assocmem.mixers import ALIASES, MixerSpec, list_presets
+    from assocmem.mixers.lower import APPROXIMATE, available_forms
+
+    from .causality import model_causality, preset_mixer_causality, spec_causality
+    from .plotting import CurvePanel, save_curve_panels
+
+    out = prepare_out(args.out, args.overwrite)
+    reports = []
+    for target in _expand_targets(args.targets):
+        if target in list_presets() or target in ALIASES or Path(target).suffix in (".yaml", ".yml", ".json"):
+            spec = MixerSpec.from_yaml(target) if Path(target).is_file() else target
+            reports.append(preset_mixer_causality(spec, seq_len=args.seq_len, atol=args.atol, seed=args.seed))
+            if args.ops:
+                from .causality import tiny_spec
+
+                s = tiny_spec(spec)
+                for form in available_forms(s):
+                    if form not in APPROXIMATE:
+                        reports.append(spec_causality(s, form=form, seq_len=args.seq_len, atol=args.atol))
+        else:
+            model, _ = load_model(target)
+            vocab = int(model.config.vocab_size)
+            ids = torch.randint(0, vocab, (2, args.seq_len), generator=torch.Generator().manual_seed(args.seed))
+            reports.append(model_causality(model, ids, target=f"model:{target}", atol=args.atol, seed=args.seed))
+    for r in reports:
+        print(f"{r.target}: {'causal' if r.causal else f'LEAKS from position {r.first_leak}'} "
+              f"(max leak {r.max_leak:.3g})")
+    panel = CurvePanel("max |Δ output| at position p when inputs after p change", "position", "leak (+1e-300)",
+                       {r.target: (list(range(r.seq_len)), [v + 1e-300 for v in r.leak]) for r in reports},
+                       logx=False, logy=True)
+    save_curve_panels(out / "causality.png", [panel])
+    _write_json(out, "causality", {"all_causal": all(r.causal for r in reports),
+                                   "reports": [r.to_json() for r in reports]})
+    return out
+
+
+# ------------------------------------------------------------------ capacity
+def _capacity_parser(sub) -> None:
+    c = sub.add_parser("capacity", help="retrieval error vs number of stored random pairs at a fixed state size")
+    c.add_argument("specs", nargs="*", help="mixer preset names or spec YAML/JSON files "
+                   "(default: linear_attention, deltanet, sca, softmax)")
+    c.add_argument("--num-pairs", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64, 128, 256])
+    c.add_argument("--key-dim", type=int, default=32, help="K (default 32)")
+    c.add_argument("--value-dim", type=int, default=32, help="V (default 32); state budget K·V per head")
+    c.add_argument("--trials", type=int, default=8, help="independent sets of pairs (default 8)")
+    c.add_argument("--form", default="auto", help="op form used for writes/reads (default auto)")
+    _common(c)
+    c.set_defaults(func=lambda a: _run(_capacity, a))
+
+
+def _capacity(args) -> Path:
+    from assocmem.mixers import MixerSpec
+
+    from .capacity import capacity_sweep
+    from .plotting import CurvePanel, save_curve_panels
+
+    out = prepare_out(args.out, args.overwrite)
+    memories = None
+    if args.specs:
+        memories = {Path(s).stem if Path(s).is_file() else s: (MixerSpec.from_yaml(s) if Path(s).is_file() else s)
+                    for s in args.specs}
+    curves = capacity_sweep(memories, num_pairs=tuple(args.num_pairs), key_dim=args.key_dim,
+                            value_dim=args.value_dim, trials=args.trials, form=args.form, seed=args.seed)
+    panels = [CurvePanel(f"{title} (K={args.key_dim}, V={args.value_dim})", "stored pairs N", "relative MSE",
+                         {f"{c.label} [{c.state_floats} floats]": (c.num_pairs, getattr(c, key)) for c in curves})
+              for title, key in (("raw", "rel_mse"), ("gain-corrected", "rel_mse_scaled"))]
+    save_curve_panels(out / "capacity.png", panels)
+    _write_json(out, "capacity", {"key_dim": args.key_dim, "value_dim": args.value_dim,
+                                  "curves": [c.to_json() for c in curves]})
+    return out
