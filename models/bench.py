@@ -3,7 +3,8 @@
 Three models of the same width and depth: pure attention, a 75% Gated DeltaNet
 hybrid (attention at layers 3, 7, 11 of 12, thesis Table 4.1) and pure GDN.
 For each context length N the cache is put in the state it has after N tokens
-and then `steps` tokens are decoded one at a time (median ms per token):
+and then `steps` tokens are decoded one at a time (median ms per token; all
+(model, context) pairs take their steps in turn, so they see the same load):
 
 - attention layers get a KV cache of N random keys/values (their decode cost
   depends only on N, not on the values);
@@ -60,37 +61,48 @@ def _fill_cache(model, cache, n: int, gen: torch.Generator) -> None:
 
 
 @torch.inference_mode()
-def time_decode(model, context: int, *, batch: int, steps: int, warmup: int, seed: int = 0) -> dict:
-    """Median seconds per decoded token at a given context, and the cache's bytes per sequence."""
-    gen = torch.Generator().manual_seed(seed)
-    vocab = model.config.vocab_size
-    prompt = torch.randint(0, vocab, (batch, 8), generator=gen)
+def prepared_cache(model, context: int, *, batch: int, gen: torch.Generator):
+    """The cache after `context` tokens (see the module docstring) and its bytes per sequence."""
+    prompt = torch.randint(0, model.config.vocab_size, (batch, 8), generator=gen)
     cache = model(prompt).past_key_values
     _fill_cache(model, cache, context, gen)
-    bytes_per_seq = cache.state_bytes() // batch
-    token = torch.randint(0, vocab, (batch, 1), generator=gen)
-    times = []
-    for i in range(warmup + steps):
-        t0 = time.perf_counter()
-        logits = model(token, past_key_values=cache).logits
-        times.append(time.perf_counter() - t0)
-        token = logits[:, -1:].argmax(-1)
-    return {"ms_per_token": 1e3 * statistics.median(times[warmup:]), "cache_bytes_per_seq": bytes_per_seq}
+    return cache, cache.state_bytes() // batch
+
+
+@torch.inference_mode()
+def time_decode(nets: dict, contexts, *, batch: int, steps: int, warmup: int, seed: int = 0) -> list[dict]:
+    """Median ms per decoded token for every (model, context). The steps are taken round-robin over
+    all pairs, so that every pair sees the same machine load (the ratios are what matter)."""
+    gen = torch.Generator().manual_seed(seed)
+    runs = []
+    for n in contexts:
+        for kind, net in nets.items():
+            cache, size = prepared_cache(net, n, batch=batch, gen=gen)
+            token = torch.randint(0, net.config.vocab_size, (batch, 1), generator=gen)
+            runs.append({"model": kind, "context": n, "net": net, "cache": cache, "token": token, "size": size,
+                         "times": []})
+    for _ in range(warmup + steps):
+        for run in runs:
+            t0 = time.perf_counter()
+            logits = run["net"](run["token"], past_key_values=run["cache"]).logits
+            run["times"].append(time.perf_counter() - t0)
+            run["token"] = logits[:, -1:].argmax(-1)
+    return [{"model": r["model"], "context": r["context"], "ms_per_token": 1e3 * statistics.median(r["times"][warmup:]),
+             "cache_bytes_per_seq": r["size"]} for r in runs]
 
 
 def run_decode_bench(contexts=(1024, 4096, 16384), *, d_model: int = 512, n_layers: int = 12, vocab: int = 32000,
                      batch: int = 1, steps: int = 20, warmup: int = 3, dtype: torch.dtype = torch.float32,
                      models=tuple(MODELS)) -> dict:
-    """Run the benchmark; returns {"rows": [...], "ratios": {...}, "config": {...}}."""
-    rows = []
+    """Run the benchmark; returns {"config": {...}, "rows": [...], "ratios": {...}}."""
+    nets = {}
     for kind in models:
         torch.manual_seed(0)
-        model = build_model(bench_config(kind, d_model, n_layers, vocab), dtype=dtype).eval()
-        for n in contexts:
-            r = time_decode(model, n, batch=batch, steps=steps, warmup=warmup)
-            rows.append({"model": kind, "context": n, **r})
-            print(f"  {kind:10s} context {n:6d}: {r['ms_per_token']:8.2f} ms/token, "
-                  f"cache {r['cache_bytes_per_seq'] / 2**20:9.2f} MiB/seq", flush=True)
+        nets[kind] = build_model(bench_config(kind, d_model, n_layers, vocab), dtype=dtype).eval()
+    rows = time_decode(nets, contexts, batch=batch, steps=steps, warmup=warmup)
+    for r in rows:
+        print(f"  {r['model']:10s} context {r['context']:6d}: {r['ms_per_token']:8.2f} ms/token, "
+              f"cache {r['cache_bytes_per_seq'] / 2**20:9.2f} MiB/seq", flush=True)
     config = dict(contexts=list(contexts), d_model=d_model, n_layers=n_layers, vocab=vocab, batch=batch,
                   steps=steps, warmup=warmup, dtype=str(dtype), threads=torch.get_num_threads())
     return {"config": config, "rows": rows, "ratios": ratios(rows)}
