@@ -21,6 +21,9 @@ value (which callers ignore) instead of NaN.
 Two forms with the same signature:
     recurrent_softmax_attention  the recurrence, one token at a time (reference)
     sdpa_softmax_attention       one masked call of F.scaled_dot_product_attention
+
+Returned caches are views of buffers with spare slots (``append_pairs``), so a
+decode step appends its pair in amortised O(1) instead of copying the cache.
 """
 from __future__ import annotations
 
