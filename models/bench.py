@@ -132,14 +132,15 @@ def register_decode(kinds: argparse._SubParsersAction) -> None:
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--steps", type=int, default=20, help="timed decode steps per context")
     p.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
-    p.add_argument("--threads", type=int, default=None,
-                   help="intra-op threads (default: torch's); 1 avoids thread hand-offs on a busy machine")
+    p.add_argument("--threads", type=int, default=1,
+                   help="intra-op threads (default 1: batch-1 decoding is a chain of small ops, where extra "
+                        "threads only add hand-offs; on a shared 2-core machine 2 threads made the recurrent "
+                        "layers' per-token GEMVs ~10x slower)")
     p.set_defaults(func=_decode)
 
 
 def _decode(args: argparse.Namespace) -> int:
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.threads)
     result = run_decode_bench(tuple(args.contexts), d_model=args.d_model, n_layers=args.layers, vocab=args.vocab,
                               batch=args.batch, steps=args.steps, models=tuple(args.models))
     print("\nratios (same run):")
