@@ -1,0 +1,19 @@
+"""Training hybrids from composed specs (kept import-free so that ``assocmem derive`` stays fast).
+
+    config.py         TrainConfig (pydantic, YAML), load_config(path, overrides), --set parsing
+    tasks.py          synthetic datasets: mqar_dataset (Zoology), graph_walk_dataset, selective_copy_dataset
+    graphs.py         make_graph("grid" | "ring" | "hex"), random_walk (Park et al. 2025)
+    data.py           local text/jsonl/parquet files, byte tokenizer, packing; build_datasets(cfg.data)
+    model_factory.py  build_from_config(cfg.model, vocab_size): HybridConfig / preset / transformers config
+    loop.py           train(cfg, resume=, overwrite=): AdamW, warm-up + cosine, clipping, accumulation, bf16, DDP
+    objective.py      next-token loss on supervised positions (LM head only where labels are set)
+    metrics.py        torchmetrics loss / perplexity / accuracy; evaluate()
+    checkpoint.py     safetensors weights + weights_only training state, atomic, keep-last-N
+    distributed.py    torchrun detection, gloo/nccl process groups, batch split per rank
+    sampler.py        batches as a function of the step (exact resume, rank-invariant)
+    runlog.py         run folders, log.jsonl, curves.png
+    sweep.py          sweep files: labelled axes -> runs, best-over-lr results table
+    evaluate.py       evaluate_run(run_dir) behind ``assocmem eval``
+    run_cli.py        ``assocmem train`` / ``assocmem eval``
+    configs/          example configs (MQAR Zoology Figure 2 sweep, GDN MQAR target, graph walks)
+"""

@@ -18,7 +18,8 @@ def register(subparsers) -> None:
     """Add the ``train`` and ``eval`` subcommands (called by training/cli.py)."""
     p = subparsers.add_parser("train", help="train a model from a YAML TrainConfig",
                               description="Train a model from a YAML TrainConfig (see training/configs/).")
-    p.add_argument("config", help="YAML TrainConfig file")
+    p.add_argument("config", help="YAML TrainConfig (or sweep) file, or the name of a bundled config "
+                   "(mqar_gdn_target, mqar_zoology_fig2, graph_walk_hybrid)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a field, e.g. --set optim.lr=1e-3 --set model.hybrid.layers=gdn,attn (repeatable)")
     mode = p.add_mutually_exclusive_group()
@@ -42,11 +43,30 @@ def register(subparsers) -> None:
     e.set_defaults(func=_eval)
 
 
+BUNDLED = Path(__file__).resolve().parent / "configs"
+
+
+def resolve_config(name: str) -> str:
+    """A YAML path, or the name of a config shipped in training/configs/ (with or without .yaml)."""
+    if Path(name).is_file():
+        return name
+    bundled = BUNDLED / (name if name.endswith((".yaml", ".yml")) else f"{name}.yaml")
+    if bundled.is_file():
+        return str(bundled)
+    shipped = sorted(p.stem for p in BUNDLED.glob("*.yaml"))
+    raise ConfigError(f"config file not found: {name} (bundled configs: {shipped})")
+
+
 def _train(args: argparse.Namespace) -> int:
     from .loop import train
     from .sweep import is_sweep
 
-    if Path(args.config).is_file() and is_sweep(args.config):
+    try:
+        args.config = resolve_config(args.config)
+    except ConfigError as err:
+        print(f"assocmem train: {err}", file=sys.stderr)
+        return 2
+    if is_sweep(args.config):
         return _sweep(args)
     try:
         cfg = load_config(args.config, args.overrides)

@@ -74,6 +74,12 @@ def test_eval_command_reproduces_the_final_evaluation(write_config, tmp_path, ca
     assert metrics["perplexity"] == pytest.approx(math.exp(metrics["loss"]), rel=1e-5)
     assert cli_main(["eval", str(run), "--set", "data.num_kv_pairs=2", "--set", "data.num_eval=8"]) == 0
     assert json.loads((run / "eval.json").read_text())["num_sequences"] == 8
+    other = tmp_path / "other.yaml"
+    other.write_text("data: {kind: selective_copy, seq_len: 32, num_tokens: 4, vocab_size: 16, num_eval: 5}\n")
+    assert cli_main(["eval", str(run), "--data", str(other), "--json", str(tmp_path / "o.json")]) == 0
+    assert json.loads((tmp_path / "o.json").read_text())["num_sequences"] == 5
+    other.write_text("data: {kind: mqar, seq_len: 32, num_kv_pairs: 4, vocab_size: 128, num_eval: 5}\n")
+    assert cli_main(["eval", str(run), "--data", str(other)]) == 2  # more token ids than the model has
 
 
 def test_supervised_logits_give_the_full_forward_loss():
