@@ -94,6 +94,9 @@ class GraphWalkData(_DataBase):
     seq_len: int = Field(256, gt=0, description="walk length in tokens")
     vocab_size: int = Field(512, gt=0, description="token ids for nodes are drawn from [0, vocab_size)")
     kinds: list[Literal["grid", "ring", "hex"]] = Field(["grid", "ring", "hex"], description="graph families")
+    sizes: dict[Literal["grid", "ring", "hex"], int | tuple[int, int]] = Field(
+        default_factory=dict, description="size per family (grid/hex: n or [rows, cols]; ring: nodes); "
+        "default 4x4 grid, ring of 10, 3x3 hexagonal lattice")
 
 
 class SelectiveCopyData(_DataBase):

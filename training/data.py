@@ -142,7 +142,8 @@ def build_datasets(data) -> tuple[datasets.Dataset, datasets.Dataset | None, int
             return mqar_dataset(n, data.seq_len, data.num_kv_pairs, vocab_size=data.vocab_size,
                                 power_a=data.power_a, random_non_queries=data.random_non_queries, seed=seed)
         if isinstance(data, GraphWalkData):
-            return graph_walk_dataset(n, data.seq_len, vocab_size=data.vocab_size, kinds=data.kinds, seed=seed)
+            return graph_walk_dataset(n, data.seq_len, vocab_size=data.vocab_size, kinds=data.kinds,
+                                      sizes=dict(data.sizes), seed=seed)
         if isinstance(data, SelectiveCopyData):
             return selective_copy_dataset(n, data.seq_len, data.num_tokens, vocab_size=data.vocab_size, seed=seed)
         raise TypeError(f"unknown data config {type(data).__name__}")
