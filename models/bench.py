@@ -122,7 +122,7 @@ def ratios(rows: list[dict]) -> dict:
 
 def register_decode(kinds: argparse._SubParsersAction) -> None:
     """Add `decode` to the `assocmem bench` subcommands."""
-    p = kinds.add_parser("decode", help="per-token decode latency vs context (attention, 75% GDN hybrid, GDN)",
+    p = kinds.add_parser("decode", help="per-token decode latency vs context (attention, 75%% GDN hybrid, GDN)",
                          description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--json", type=Path, metavar="PATH", help="write config, rows and ratios as JSON")
     p.add_argument("--contexts", nargs="+", type=int, default=[1024, 4096, 16384], metavar="N")

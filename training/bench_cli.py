@@ -1,0 +1,38 @@
+"""`assocmem bench mixers|decode`: benchmark scripts that print a table and write JSON.
+
+Timings are ratios measured in one run on a noisy machine; nothing here is asserted in tests.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bench", help="benchmarks (mixer forms, decode latency)", description=__doc__)
+    kinds = p.add_subparsers(dest="bench_kind", metavar="KIND")
+    kinds.required = True
+    m = kinds.add_parser("mixers", help="forms of each mixer family vs derived, recurrent and external peers")
+    m.add_argument("--json", type=Path, metavar="PATH", help="write the rows as a JSON list")
+    m.add_argument("--families", nargs="+", default=None, metavar="FAMILY",
+                   help="preset families (default: gated_deltanet mamba2 gla sca softmax)")
+    m.add_argument("--seq-lens", nargs="+", type=int, default=[512, 2048, 8192], metavar="T")
+    m.add_argument("--modes", nargs="+", choices=["fwd", "fwdbwd"], default=["fwd", "fwdbwd"])
+    m.set_defaults(func=_mixers)
+    from assocmem.models.bench import register_decode
+
+    register_decode(kinds)
+
+
+def _mixers(args: argparse.Namespace) -> int:
+    from assocmem.mixers.bench import FAMILIES, ratio_table, run_bench
+
+    rows = run_bench(tuple(args.families or FAMILIES), tuple(args.seq_lens), tuple(args.modes))
+    print("\nratios (same run):")
+    for line in ratio_table(rows):
+        print("  " + line)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
+        print(f"wrote {args.json}")
+    return 0
