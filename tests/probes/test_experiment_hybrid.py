@@ -1,0 +1,42 @@
+"""The hybrid experiment: layer placement, variants, and a tiny end-to-end run (slow)."""
+import json
+
+import pytest
+
+from assocmem.probes.experiment_hybrid import HybridExperimentConfig, attention_layers, model_variants
+
+
+@pytest.mark.parametrize("n,pct,expected", [
+    (4, 0, []), (4, 25, [3]), (4, 50, [1, 3]), (4, 75, [1, 2, 3]), (4, 100, [0, 1, 2, 3]),
+    (12, 50, [1, 3, 5, 7, 9, 11]), (12, 25, [3, 7, 11]),  # thesis Table 4.1 placements
+])
+def test_attention_layers(n, pct, expected):
+    assert attention_layers(n, pct) == expected
+
+
+def test_variants_are_valid_hybrids():
+    from assocmem.models import HybridConfig
+
+    variants = model_variants(HybridExperimentConfig())
+    assert list(variants) == ["attn000", "attn025", "attn050", "attn075", "attn100", "sca2to1"]
+    names = {k: [s.name for s in HybridConfig.model_validate(v).layer_specs()] for k, v in variants.items()}
+    assert names["attn025"] == ["gated_deltanet"] * 3 + ["softmax"]
+    assert names["attn100"] == ["softmax"] * 4
+    assert names["sca2to1"] == ["sca", "sca", "softmax"]
+    with pytest.raises(ValueError, match="percent"):
+        attention_layers(4, 120)
+
+
+@pytest.mark.slow
+def test_tiny_experiment_end_to_end(tmp_path, capsys):
+    from assocmem.training.cli import main
+
+    config = tmp_path / "tiny.yaml"
+    config.write_text("d_model: 16\nhead_dim: 8\nsteps: 2\nseq_len: 32\nnum_train: 16\nbatch_size: 4\n"
+                      "probe_walks: 2\nwindow: 8\nattention_percents: [0, 100]\n")
+    out = tmp_path / "out"
+    assert main(["probe", "hybrid-experiment", "--config", str(config), "--out", str(out)]) == 0
+    summary = json.loads((out / "hybrid_experiment.json").read_text())
+    assert [m["label"] for m in summary["models"]] == ["attn000", "attn100", "sca2to1"]
+    assert (out / "hybrid_curves.png").is_file() and (out / "hybrid_pca.png").is_file()
+    assert "| attn100 |" in (out / "hybrid_experiment.md").read_text()
