@@ -7,7 +7,8 @@ context length c (the number of tokens read):
 
 1. Representations: for every layer ℓ (the residual stream after block ℓ, i.e.
    ``hidden_states[ℓ]`` of an HF causal LM called with ``output_hidden_states=True``;
-   index 0 is the embeddings), the class mean of each node's token over the
+   index 0 is the embeddings; assocmem models return the last entry before the final
+   norm, transformers models mostly after it), the class mean of each node's token over the
    trailing window of positions [c − W, c) pooled across a batch of walks:
    H^ℓ(c) ∈ R^{N×d}. Its normalized Dirichlet energy (probes/energy.py) and
    energy ratio, and at chosen c its PCA (PC1–PC2) drawn with the graph's edges.
