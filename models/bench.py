@@ -3,8 +3,9 @@
 Three models of the same width and depth: pure attention, a 75% Gated DeltaNet
 hybrid (attention at layers 3, 7, 11 of 12, thesis Table 4.1) and pure GDN.
 For each context length N the cache is put in the state it has after N tokens
-and then `steps` tokens are decoded one at a time (median ms per token; all
-(model, context) pairs take their steps in turn, so they see the same load):
+and then `steps` tokens are decoded one at a time. ms_per_token is the median
+latency of one decode step (one new token for each of the `batch` sequences);
+all (model, context) pairs take their steps in turn, so they see the same load.
 
 - attention layers get a KV cache of N random keys/values (their decode cost
   depends only on N, not on the values);
