@@ -1,0 +1,322 @@
+"""Hebbian family: linear attention, RetNet, Mamba2 (SSD) and GLA (REFERENCES.md §1).
+
+One update covers the four mixers; per head, with state S_t ∈ R^{K×V}:
+
+    S_t = diag(α_t) S_{t−1} + β_t k_t v_tᵀ          (write)
+    o_t = S_tᵀ (scale · q_t)                         (read, after the write)
+
+    linear attention   α_t = 1,  β_t = 1
+    RetNet             α_t = γ_h = 1 − 2^(−5−h)  (fixed scalar per head)
+    Mamba2 / SSD       α_t = exp(Δ_t A) (scalar), β_t = Δ_t, q = C, k = B, v = x, scale 1 (+ D x)
+    GLA                α_t ∈ (0, 1]^K per key row of S (log α = logsigmoid(x W) / 16)
+
+Gates arrive in log space: ``log_alpha`` is None, [B, T, H] (scalar) or
+[B, T, H, K] (per key); ``beta`` is None (= 1) or [B, T, H] (linear).
+
+Two forms with the same contract:
+
+* ``recurrent_hebbian`` loops over time (numbered steps follow the equation).
+* ``chunk_hebbian`` is the chunkwise-parallel form (thesis Appendix A.1, eq.
+  A.4–A.7, with decay as in GLA / SSD). Inside a chunk of C tokens with
+  cumulative log decay g_i = Σ_{s≤i} log α_s (from the chunk start):
+
+      O = (Q ⊙ e^{g}) S_[n]  +  (Q Kᵀ ⊙ D) V,   D_ij = e^{g_i − g_j} [i ≥ j]     (A.7 with decay)
+      S_[n+1] = e^{g_C} S_[n] + (K ⊙ e^{g_C − g})ᵀ V                               (A.6 with decay)
+
+  (for per-key decay, D_ij is per key and lives inside the K-contraction).
+
+Numerics of ``chunk_hebbian`` (α ∈ (0, 1], i.e. finite log_alpha ≤ 0). The inter-chunk
+terms only exponentiate differences g_later − g_earlier ≤ 0. For the intra-chunk
+weights e^{g_i − g_j} there are two exact paths, chosen per call by ``_factorizable``
+from the size of the decay (a documented numeric rule, never from T):
+
+* factorised, when every |g| ≤ log(dtype max) / 4 (22 in float32, 177 in float64):
+  e^{g_i − g_j} = e^{g_i} · e^{−g_j}, so the weights come from one matmul
+  (Q ⊙ e^{g})(K ⊙ e^{−g})ᵀ; factors, the discarded future entries and the gradients
+  stay at most e^{2·22} ≈ 1e19 away from 1 in float32, far inside the range.
+* explicit, otherwise (strong decay): scalar decay builds D = e^{tril(g_i − g_j)} as a
+  [C, C] matrix; per-key decay builds each chunk's [C, C] weight matrix by recursive
+  halving (``_intra_per_key``), where the cross block of two halves factorises through
+  the decay at their boundary with both exponents ≤ 0. No [C, C, K] tensor is formed.
+  A weight underflows to 0 only when its true value is below the dtype's tiny.
+
+No [T, T] tensor is formed anywhere: memory is O(T·(C + K·V / C)) per head.
+log α = −inf (α = 0 exactly) gives NaN; positive log_alpha (growth) is accepted,
+but the explicit path is then only safe while e^{Σ log α} over a chunk stays in range.
+The backward is autograd's, except for the chunk-to-chunk state carry, which has a
+hand-written reverse loop (``_CarryStates``; first-order gradients only).
+
+Precision: bf16/fp16 inputs are computed and the state accumulated in float32;
+``o`` is cast back to the input dtype and the final state is returned in
+float32. float32 and float64 compute in their own dtype.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+
+import torch
+import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
+
+__all__ = ["recurrent_hebbian", "chunk_hebbian"]
+
+
+def _check_tensor(name: str, x, rank: int | tuple[int, ...]) -> None:
+    ranks = (rank,) if isinstance(rank, int) else rank
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() not in ranks:
+        raise ValueError(f"{name} must have rank {' or '.join(map(str, ranks))}, got shape {tuple(x.shape)}")
+    if not x.is_floating_point():
+        raise TypeError(f"{name} must have a floating dtype (float16/bfloat16/float32/float64), got {x.dtype}")
+
+
+def _check_inputs(q, k, v, log_alpha, beta, scale, initial_state) -> torch.dtype:
+    """Validate the op contract; return the compute dtype (float32 for half inputs)."""
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        _check_tensor(name, x, 4)
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    if k.shape != q.shape:
+        raise ValueError(f"k must have the shape of q [B, T, H, K] = {tuple(q.shape)}, got {tuple(k.shape)}")
+    if v.shape[:3] != q.shape[:3]:
+        raise ValueError(f"v must be [B, T, H, V] with B, T, H = {(B, T, H)} as in q, got {tuple(v.shape)}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if T == 0:
+        raise ValueError("q, k, v have T = 0 tokens; at least one token is required")
+    if log_alpha is not None:
+        _check_tensor("log_alpha", log_alpha, (3, 4))
+        allowed = ((B, T, H), (B, T, H, K))
+        if tuple(log_alpha.shape) not in allowed:
+            raise ValueError(f"log_alpha must be [B, T, H] = {allowed[0]} (scalar decay) or [B, T, H, K] = "
+                             f"{allowed[1]} (per-key decay), got {tuple(log_alpha.shape)}")
+    if beta is not None:
+        _check_tensor("beta", beta, 3)
+        if tuple(beta.shape) != (B, T, H):
+            raise ValueError(f"beta must be [B, T, H] = {(B, T, H)}, got {tuple(beta.shape)}")
+    if initial_state is not None:
+        _check_tensor("initial_state", initial_state, 4)
+        if tuple(initial_state.shape) != (B, H, K, V):
+            raise ValueError(f"initial_state must be [B, H, K, V] = {(B, H, K, V)}, got {tuple(initial_state.shape)}")
+    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, numbers.Real)):
+        raise TypeError(f"scale must be a number or None, got {type(scale).__name__}")
+    return torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
+
+
+def recurrent_hebbian(q, k, v, *, log_alpha=None, beta=None, scale=None,
+                      initial_state=None, output_final_state=False):
+    """Hand-written hebbian recurrence, one token at a time (REFERENCES.md §1).
+
+    q, k: [B, T, H, K]; v: [B, T, H, V]; log_alpha: None, [B, T, H] or [B, T, H, K];
+    beta: None or [B, T, H]; initial_state: None or [B, H, K, V]; scale: K**-0.5 if None.
+    Returns o [B, T, H, V] (dtype of q) and S [B, H, K, V] if output_final_state else None.
+    """
+    cd = _check_inputs(q, k, v, log_alpha, beta, scale, initial_state)
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    scale = K ** -0.5 if scale is None else scale
+    out_dtype = q.dtype
+    q, k, v = q.to(cd), k.to(cd), v.to(cd)
+    S = q.new_zeros(B, H, K, V) if initial_state is None else initial_state.to(cd)
+    outs = []
+    for t in range(T):
+        # 1. retain: S <- diag(α_t) S, α_t one scalar per head or one factor per key row of S
+        if log_alpha is not None:
+            alpha = log_alpha[:, t].to(cd).exp()  # (B, H) or (B, H, K)
+            S = S * (alpha[..., None, None] if log_alpha.dim() == 3 else alpha[..., None])
+        # 2. write: S <- S + β_t k_t v_tᵀ
+        k_t = k[:, t] if beta is None else beta[:, t, :, None].to(cd) * k[:, t]  # (B, H, K)
+        S = S + k_t[..., :, None] * v[:, t, :, None, :]  # (B, H, K, V)
+        # 3. read: o_t = S_tᵀ (scale · q_t)
+        outs.append(torch.einsum("bhk,bhkv->bhv", scale * q[:, t], S))  # (B, H, V)
+    o = torch.stack(outs, dim=1).to(out_dtype)  # (B, T, H, V)
+    return o, (S if output_final_state else None)
+
+
+def _chunked(x: torch.Tensor, C: int, dtype: torch.dtype, copy: bool = True) -> torch.Tensor:
+    """[B, T, H, ...] -> [B, H, N, C, ...] in ``dtype``, zero-padded at the end to N = ceil(T / C)
+    chunks; contiguous (one copy) if ``copy``, else a strided view where no padding is needed."""
+    B, T, H = x.shape[:3]
+    N = -(-T // C)
+    if N * C != T:
+        x = F.pad(x, (0, 0) * (x.dim() - 3) + (0, 0, 0, N * C - T))  # (B, N*C, H, ...)
+    x = x.reshape(B, N, C, H, *x.shape[3:]).movedim(3, 1)  # (B, H, N, C, ...)
+    if not copy:
+        return x.to(dtype)
+    return x.contiguous() if x.dtype == dtype else x.to(dtype, memory_format=torch.contiguous_format)
+
+
+def _bmm(a, b, *, alpha=1.0, add=None):
+    """alpha · (a @ b) [+ add] over the leading dims in one BLAS call (scale and sum inside the GEMM).
+
+    a: [..., M, P] and b: [..., P, Q] with the same leading dims, each foldable into one batch dim.
+    """
+    a3, b3 = a.reshape(-1, *a.shape[-2:]), b.reshape(-1, *b.shape[-2:])  # (batch, M, P), (batch, P, Q)
+    if add is not None:
+        out = torch.baddbmm(add.reshape(-1, *add.shape[-2:]), a3, b3, alpha=alpha)
+    elif alpha == 1.0:
+        out = torch.bmm(a3, b3)
+    else:
+        out = torch.baddbmm(a3.new_zeros(()), a3, b3, beta=0.0, alpha=alpha)
+    return out.reshape(*a.shape[:-2], *out.shape[-2:])  # (..., M, Q)
+
+
+def _suffix_sum(x: torch.Tensor, dim: int) -> torch.Tensor:
+    """Exclusive suffix sums y_j = Σ_{s>j} x_s along ``dim``, summed directly (not as a
+    difference of prefix sums), so small sums after a large one keep full precision."""
+    inclusive = x.flip(dim).cumsum(dim).flip(dim)  # Σ_{s≥j} x_s
+    return torch.cat([inclusive.narrow(dim, 1, x.shape[dim] - 1), torch.zeros_like(x.narrow(dim, 0, 1))], dim)
+
+
+def _intra_scalar(q, k, v, la, scale):
+    """Intra-chunk term scale · (Q Kᵀ ⊙ D) V with D_ij = e^{Σ_{j<s≤i} log α_s} [i ≥ j] (eq. A.7).
+
+    q, k: [B, H, N, C, K]; v: [B, H, N, C, V]; la: None or [B, H, N, C] log decay per token.
+    The exponents are segment sums (masked cumsum), ≤ 0 and accurate relative to themselves.
+    """
+    A = _bmm(q, k.transpose(-1, -2), alpha=scale)  # (B, H, N, C, C)
+    if la is not None:
+        C = la.shape[-1]
+        segments = la[..., :, None].expand(*la.shape, C).tril(-1)  # (B, H, N, C, C): [i, j] = log α_i [i > j]
+        A = A * segments.cumsum(dim=-2).exp_()  # [i, j] = e^{Σ_{j<s≤i} log α_s}; future entries masked below
+    return _bmm(A.tril_(), v)  # (B, H, N, C, V)
+
+
+def _intra_per_key(q, k, v, la, scale):
+    """Intra-chunk term with per-key decay, o_i = scale · Σ_{j≤i} Σ_κ q_iκ k_jκ e^{Σ_{j<s≤i} log α_sκ} v_j.
+
+    q, k, la: [B, H, N, C, K]; v: [B, H, N, C, V]. Builds the [C, C] weight matrix of each
+    chunk by recursive halving: a block of b tokens is [[M_F, 0], [A, M_G]], where M_F, M_G
+    are its halves' matrices and the cross term factorises at their boundary,
+    A = (Q_G ⊙ e^{prefix sums of log α in G})(K_F ⊙ e^{exclusive suffix sums in F})ᵀ:
+    every exponent is a direct partial sum, ≤ 0. Chunks are zero-padded to a power of two.
+    """
+    *lead, C, K = q.shape
+    C2 = 1 << (C - 1).bit_length()
+    if C2 != C:  # padded tokens: k = v = 0 and log α = 0
+        q, k, v, la = (F.pad(x, (0, 0, 0, C2 - C)) for x in (q, k, v, la))  # (.., C2, ·)
+    M = (q * k).sum(-1)[..., None, None]  # (.., C2, 1, 1): blocks of one token, weight e^0 = 1
+    b = 2
+    while b <= C2:
+        h = b // 2
+        halves = lambda x: x.reshape(*lead, C2 // b, 2, h, x.shape[-1])  # (.., C2/b, 2, h, ·)
+        qb, kb, lb = halves(q), halves(k), halves(la)
+        q_G = qb[..., 1, :, :] * lb[..., 1, :, :].cumsum(dim=-2).exp()  # (.., C2/b, h, K)
+        k_F = kb[..., 0, :, :] * _suffix_sum(lb[..., 0, :, :], dim=-2).exp()  # (.., C2/b, h, K)
+        A = q_G @ k_F.transpose(-1, -2)  # (.., C2/b, h, h)
+        M = M.reshape(*lead, C2 // b, 2, h, h)
+        top = F.pad(M[..., 0, :, :], (0, h))  # (.., C2/b, h, b)
+        bottom = torch.cat([A, M[..., 1, :, :]], dim=-1)  # (.., C2/b, h, b)
+        M = torch.cat([top, bottom], dim=-2)  # (.., C2/b, b, b)
+        b *= 2
+    return _bmm(M.reshape(*lead, C2, C2), v, alpha=scale)[..., :C, :]  # (B, H, N, C, V)
+
+
+class _CarryStates(torch.autograd.Function):
+    """Chunk-to-chunk recurrence S_[n+1] = a_n ⊙ S_[n] + U_n (eq. A.6 with decay).
+
+    A loop over the N chunks in both directions; the backward is the reverse recurrence
+    dS_[n] = a_n ⊙ dS_[n+1] + dStarts_n, with dU_n = dS_[n+1] and da_n = Σ dS_[n+1] ⊙ S_[n].
+    S0: [B, H, K, V]; U: [B, H, N, K, V]; a: None, [B, H, N, 1, 1] or [B, H, N, K, 1].
+    Returns the states at every chunk start [B, H, N, K, V] and the final state [B, H, K, V].
+    """
+
+    @staticmethod
+    def forward(ctx, S0, U, a):
+        N = U.shape[2]
+        starts = torch.empty_like(U)  # (B, H, N, K, V); each step writes S_[n+1] in place
+        starts[:, :, 0] = S0
+        for n in range(N):
+            out = starts[:, :, n + 1] if n + 1 < N else None
+            if a is None:
+                S = torch.add(U[:, :, n], starts[:, :, n], out=out)
+            else:
+                S = torch.addcmul(U[:, :, n], a[:, :, n], starts[:, :, n], out=out)
+        ctx.save_for_backward(starts, a)
+        return starts, S
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, d_starts, d_final):
+        starts, a = ctx.saved_tensors
+        N = starts.shape[2]
+        dU = torch.empty_like(starts)  # (B, H, N, K, V): dU_n = dS_[n+1]
+        dU[:, :, N - 1] = d_final
+        for n in reversed(range(N)):
+            out = dU[:, :, n - 1] if n > 0 else None  # dS_[n]
+            if a is None:
+                dS = torch.add(d_starts[:, :, n], dU[:, :, n], out=out)
+            else:
+                dS = torch.addcmul(d_starts[:, :, n], a[:, :, n], dU[:, :, n], out=out)
+        da = None
+        if a is not None and ctx.needs_input_grad[2]:
+            da = (dU * starts).sum(-1, keepdim=True)  # (B, H, N, K, 1)
+            da = da.sum(-2, keepdim=True) if a.shape[-2] == 1 else da  # scalar decay: (B, H, N, 1, 1)
+        return dS, dU, da
+
+
+def _chunks_forward(q, k, v, la, S0, scale):
+    """Outputs [B, H, N, C, V] and final state of chunked q, k, v (k already times β).
+
+    la: None, [B, H, N, C] or [B, H, N, C, K], the chunked log decay per token.
+    """
+    if la is None:
+        U = _bmm(k.transpose(-1, -2), v)  # (B, H, N, K, V): U_n = K_nᵀ V_n (eq. A.6)
+        states, S = _CarryStates.apply(S0, U, None)  # (B, H, N, K, V)
+        return _bmm(q, states, alpha=scale, add=_intra_scalar(q, k, v, None, scale)), S
+    per_key = la.dim() == 5
+    g = la.cumsum(dim=3)  # (B, H, N, C[, K]): cumulative log decay from the chunk start
+    gk, lak = (g, la) if per_key else (g[..., None], la[..., None])  # (B, H, N, C, K or 1)
+    g_end = gk[..., -1:, :]  # (B, H, N, 1, K or 1): decay over the whole chunk
+    factorised = _factorizable(g)
+    after = g_end - gk if factorised else _suffix_sum(lak, dim=-2)  # Σ_{s>j} log α_s, ≤ 0
+    U = _bmm((k * after.exp()).transpose(-1, -2), v)  # (B, H, N, K, V)
+    states, S = _CarryStates.apply(S0, U, g_end.transpose(-1, -2).exp())  # a_n: (B, H, N, K or 1, 1)
+    q_g = q * gk.exp()  # (B, H, N, C, K): queries decayed from the chunk start
+    if factorised:  # e^{g_i − g_j} = e^{g_i} · e^{−g_j}, both factors well inside the range
+        A = _bmm(q_g, (k * (-gk).exp()).transpose(-1, -2), alpha=scale)  # (B, H, N, C, C)
+        intra = _bmm(A.tril_(), v)
+    else:
+        intra = _intra_per_key(q, k, v, la, scale) if per_key else _intra_scalar(q, k, v, la, scale)
+    return _bmm(q_g, states, alpha=scale, add=intra), S  # (B, H, N, C, V)
+
+
+def _factorizable(g: torch.Tensor) -> bool:
+    """Whether the intra-chunk decay may be split as e^{g_i} e^{−g_j}: every |g| (cumulative
+    log decay from its chunk start) ≤ log(max of the dtype) / 4, i.e. 22 in float32, 177 in
+    float64, so factors, products and their gradients stay far from overflow and underflow."""
+    return bool(g.detach().abs().amax() <= math.log(torch.finfo(g.dtype).max) / 4)
+
+
+def chunk_hebbian(q, k, v, *, log_alpha=None, beta=None, scale=None,
+                  initial_state=None, output_final_state=False, chunk_size=64):
+    """Chunkwise-parallel hebbian memory (thesis App. A.1 with GLA / SSD decay).
+
+    Same contract and results as ``recurrent_hebbian``; T need not divide chunk_size
+    (zero padding: a padded token has k = v = 0 and α = 1, so it changes nothing).
+    Per chunk n with cumulative log decay g from the chunk start:
+        O_[n] = scale · ((Q ⊙ e^{g}) S_[n] + (Q Kᵀ ⊙ D) V),   S_[n+1] = e^{g_C} S_[n] + (K ⊙ e^{g_C − g})ᵀ V.
+    Cost O(T·C·(K + V)) flops in batched matmuls plus a python loop over T / C chunks
+    for the state carry; memory O(T·(C + K·V / C)) (no [T, T] tensor). Numerics: module docstring.
+    Returns o [B, T, H, V] (dtype of q) and S [B, H, K, V] if output_final_state else None.
+    """
+    cd = _check_inputs(q, k, v, log_alpha, beta, scale, initial_state)
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int):
+        raise TypeError(f"chunk_size must be a positive int, got {type(chunk_size).__name__} {chunk_size!r}")
+    if chunk_size <= 0:
+        raise ValueError(f"chunk_size must be a positive int, got {chunk_size}")
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    scale = K ** -0.5 if scale is None else scale
+    qc, vc = _chunked(q, chunk_size, cd), _chunked(v, chunk_size, cd)  # (B, H, N, C, K or V)
+    if beta is None:
+        kc = _chunked(k, chunk_size, cd)  # (B, H, N, C, K)
+    else:  # β_t k_t v_tᵀ = (β_t k_t) v_tᵀ; β first, so the product is laid out contiguously
+        kc = _chunked(beta, chunk_size, cd)[..., None] * _chunked(k, chunk_size, cd, copy=False)
+    la = None if log_alpha is None else _chunked(log_alpha, chunk_size, cd)  # (B, H, N, C[, K])
+    S0 = qc.new_zeros(B, H, K, V) if initial_state is None else initial_state.to(cd)
+    o, S = _chunks_forward(qc, kc, vc, la, S0, scale)  # (B, H, N, C, V)
+    o = o.movedim(1, 3).reshape(B, -1, H, V)[:, :T].contiguous()  # (B, T, H, V)
+    return o.to(v.dtype), (S if output_final_state else None)
