@@ -52,6 +52,7 @@ float32. float32 and float64 compute in their own dtype.
 """
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 
@@ -118,19 +119,20 @@ def recurrent_hebbian(q, k, v, *, log_alpha=None, beta=None, scale=None,
     V = v.shape[-1]
     scale = K ** -0.5 if scale is None else scale
     out_dtype = q.dtype
-    q, k, v = q.to(cd), k.to(cd), v.to(cd)
-    S = q.new_zeros(B, H, K, V) if initial_state is None else initial_state.to(cd)
+    S = q.new_zeros(B, H, K, V, dtype=cd) if initial_state is None else initial_state.to(cd)
+    # per-token slices via unbind (one backward node per tensor, so the backward stays linear in T)
+    steps = lambda x: x.to(cd).unbind(1) if x is not None else [None] * T  # noqa: E731
     outs = []
-    for t in range(T):
+    for q_t, k_t, v_t, la_t, b_t in zip(*map(steps, (q, k, v, log_alpha, beta))):
         # 1. retain: S <- diag(α_t) S, α_t one scalar per head or one factor per key row of S
-        if log_alpha is not None:
-            alpha = log_alpha[:, t].to(cd).exp()  # (B, H) or (B, H, K)
-            S = S * (alpha[..., None, None] if log_alpha.dim() == 3 else alpha[..., None])
+        if la_t is not None:
+            alpha = la_t.exp()  # (B, H) or (B, H, K)
+            S = S * (alpha[..., None, None] if la_t.dim() == 2 else alpha[..., None])
         # 2. write: S <- S + β_t k_t v_tᵀ
-        k_t = k[:, t] if beta is None else beta[:, t, :, None].to(cd) * k[:, t]  # (B, H, K)
-        S = S + k_t[..., :, None] * v[:, t, :, None, :]  # (B, H, K, V)
+        k_t = k_t if b_t is None else b_t[..., None] * k_t  # (B, H, K)
+        S = S + k_t[..., :, None] * v_t[..., None, :]  # (B, H, K, V)
         # 3. read: o_t = S_tᵀ (scale · q_t)
-        outs.append(torch.einsum("bhk,bhkv->bhv", scale * q[:, t], S))  # (B, H, V)
+        outs.append(torch.einsum("bhk,bhkv->bhv", scale * q_t, S))  # (B, H, V)
     o = torch.stack(outs, dim=1).to(out_dtype)  # (B, T, H, V)
     return o, (S if output_final_state else None)
 
@@ -257,12 +259,28 @@ class _CarryStates(torch.autograd.Function):
         return dS, dU, da
 
 
-def _chunks_forward(q, k, v, la, S0, scale):
-    """Outputs [B, H, N, C, V] and final state of chunked q, k, v (k already times β).
+def _weighted_keys(k, beta, w=None):
+    """β ⊙ w ⊙ k as a contiguous [B, H, N, C, K] tensor, reading the strided view k once.
 
-    la: None, [B, H, N, C] or [B, H, N, C, K], the chunked log decay per token.
+    beta: None or [B, H, N, C, 1]; w: None, [B, H, N, C, 1] or [B, H, N, C, K]. The contiguous
+    factor comes first, so the product takes its layout.
     """
+    if beta is None and w is None:
+        return k.contiguous()
+    factor = beta if w is None else w if beta is None else beta * w
+    return factor * k
+
+
+def _chunks_forward(q, k, v, beta, la, S0, scale):
+    """Outputs [B, H, N, C, V] and final state from chunked inputs.
+
+    q, k: [B, H, N, C, K] strided views (read once by the first product that uses them);
+    v: [B, H, N, C, V]; beta: None or [B, H, N, C, 1]; la: None, [B, H, N, C] or
+    [B, H, N, C, K], the log decay per token. β scales k: β_t k_t v_tᵀ = (β_t k_t) v_tᵀ.
+    """
+    bk = functools.partial(_weighted_keys, k, beta)
     if la is None:
+        q, k = q.contiguous(), bk(None)
         U = _bmm(k.transpose(-1, -2), v)  # (B, H, N, K, V): U_n = K_nᵀ V_n (eq. A.6)
         states, S = _CarryStates.apply(S0, U, None)  # (B, H, N, K, V)
         return _bmm(q, states, alpha=scale, add=_intra_scalar(q, k, v, None, scale)), S
@@ -270,16 +288,17 @@ def _chunks_forward(q, k, v, la, S0, scale):
     g = la.cumsum(dim=3)  # (B, H, N, C[, K]): cumulative log decay from the chunk start
     gk, lak = (g, la) if per_key else (g[..., None], la[..., None])  # (B, H, N, C, K or 1)
     g_end = gk[..., -1:, :]  # (B, H, N, 1, K or 1): decay over the whole chunk
-    factorised = _factorizable(g)
-    after = g_end - gk if factorised else _suffix_sum(lak, dim=-2)  # Σ_{s>j} log α_s, ≤ 0
-    U = _bmm((k * after.exp()).transpose(-1, -2), v)  # (B, H, N, K, V)
-    states, S = _CarryStates.apply(S0, U, g_end.transpose(-1, -2).exp())  # a_n: (B, H, N, K or 1, 1)
-    q_g = q * gk.exp()  # (B, H, N, C, K): queries decayed from the chunk start
-    if factorised:  # e^{g_i − g_j} = e^{g_i} · e^{−g_j}, both factors well inside the range
-        A = _bmm(q_g, (k * (-gk).exp()).transpose(-1, -2), alpha=scale)  # (B, H, N, C, C)
+    if _factorizable(g):  # e^{g_i − g_j} = e^{g_i} · e^{−g_j}, all factors well inside the range
+        q_g = gk.exp() * q  # (B, H, N, C, K): queries decayed from the chunk start
+        A = _bmm(q_g, bk((-gk).exp()).transpose(-1, -2), alpha=scale)  # (B, H, N, C, C)
         intra = _bmm(A.tril_(), v)
-    else:
-        intra = _intra_per_key(q, k, v, la, scale) if per_key else _intra_scalar(q, k, v, la, scale)
+        U = _bmm(bk((g_end - gk).exp()).transpose(-1, -2), v)  # (B, H, N, K, V)
+    else:  # explicit: every exponent a direct partial sum of log α, ≤ 0
+        q = q.contiguous()
+        q_g, kc = q * gk.exp(), bk(None)
+        intra = _intra_per_key(q, kc, v, la, scale) if per_key else _intra_scalar(q, kc, v, la, scale)
+        U = _bmm((kc * _suffix_sum(lak, dim=-2).exp()).transpose(-1, -2), v)  # Σ_{s>j} log α_s
+    states, S = _CarryStates.apply(S0, U, g_end.transpose(-1, -2).exp())  # a_n: (B, H, N, K or 1, 1)
     return _bmm(q_g, states, alpha=scale, add=intra), S  # (B, H, N, C, V)
 
 
@@ -310,13 +329,11 @@ def chunk_hebbian(q, k, v, *, log_alpha=None, beta=None, scale=None,
     B, T, H, K = q.shape
     V = v.shape[-1]
     scale = K ** -0.5 if scale is None else scale
-    qc, vc = _chunked(q, chunk_size, cd), _chunked(v, chunk_size, cd)  # (B, H, N, C, K or V)
-    if beta is None:
-        kc = _chunked(k, chunk_size, cd)  # (B, H, N, C, K)
-    else:  # β_t k_t v_tᵀ = (β_t k_t) v_tᵀ; β first, so the product is laid out contiguously
-        kc = _chunked(beta, chunk_size, cd)[..., None] * _chunked(k, chunk_size, cd, copy=False)
+    qc, kc = _chunked(q, chunk_size, cd, copy=False), _chunked(k, chunk_size, cd, copy=False)  # views
+    vc = _chunked(v, chunk_size, cd)  # (B, H, N, C, V)
+    bc = None if beta is None else _chunked(beta, chunk_size, cd)[..., None]  # (B, H, N, C, 1)
     la = None if log_alpha is None else _chunked(log_alpha, chunk_size, cd)  # (B, H, N, C[, K])
-    S0 = qc.new_zeros(B, H, K, V) if initial_state is None else initial_state.to(cd)
-    o, S = _chunks_forward(qc, kc, vc, la, S0, scale)  # (B, H, N, C, V)
+    S0 = vc.new_zeros(B, H, K, V) if initial_state is None else initial_state.to(cd)
+    o, S = _chunks_forward(qc, kc, vc, bc, la, S0, scale)  # (B, H, N, C, V)
     o = o.movedim(1, 3).reshape(B, -1, H, V)[:, :T].contiguous()  # (B, T, H, V)
     return o.to(v.dtype), (S if output_final_state else None)
