@@ -60,13 +60,20 @@ def shutdown() -> None:
         dist.destroy_process_group()
 
 
+def _wire_device() -> torch.device:
+    """Where collectives run: the current GPU for nccl, the CPU for gloo."""
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
 def all_reduce_sum(values: torch.Tensor) -> torch.Tensor:
-    """Sum a tensor over ranks (float64 on the wire for exact-ish counts); identity when alone."""
+    """Sum a tensor over ranks (returned on the input's device); identity when alone."""
     if not dist.is_initialized():
         return values
-    out = values.clone()
+    out = values.to(_wire_device(), copy=True)
     dist.all_reduce(out, op=dist.ReduceOp.SUM)
-    return out
+    return out.to(values.device)
 
 
 def barrier() -> None:

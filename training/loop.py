@@ -77,7 +77,7 @@ class Trainer:
         self.cfg, self.info, self.run_dir = cfg, info, run_dir
         self.train_ds, self.eval_ds, vocab = build_datasets(cfg.data)
         seed_everything(cfg.seed)
-        self.model = build_from_config(cfg.model, vocab_size=vocab).to(info.device)
+        self.model = build_from_config(cfg.model, vocab_size=vocab).to(info.device).train()
         self.total_steps = cfg.train.total_steps(len(self.train_ds))
         self.sampler = StepSampler(len(self.train_ds), cfg.train.batch_size, seed=cfg.seed)
         self.optimizer = build_optimizer(self.model, cfg.optim)

@@ -58,9 +58,17 @@ class CausalLMObjective(nn.Module):
 
 @torch.no_grad()
 def check_supervised_logits(model: nn.Module, input_ids: torch.Tensor, labels: torch.Tensor) -> None:
-    """Raise if the supervised-position fast path disagrees with the model's own logits."""
-    fast, _ = CausalLMObjective(model, "supervised").selected_logits(input_ids, labels)
-    full, _ = CausalLMObjective(model, "all").selected_logits(input_ids, labels)
+    """Raise if the supervised-position fast path disagrees with the model's own logits.
+
+    Runs in eval mode (no dropout, so no random numbers are drawn: resuming stays exact).
+    """
+    was_training = model.training
+    model.eval()
+    try:
+        fast, _ = CausalLMObjective(model, "supervised").selected_logits(input_ids, labels)
+        full, _ = CausalLMObjective(model, "all").selected_logits(input_ids, labels)
+    finally:
+        model.train(was_training)
     if fast.shape != full.shape or not torch.allclose(fast, full, rtol=1e-4, atol=1e-5):
         diff = (fast - full).abs().max().item() if fast.shape == full.shape else float("nan")
         raise ValueError(f"{type(model).__name__}: logits of lm_head(decoder(x)) differ from the model's "
