@@ -61,6 +61,7 @@ class GraphTracingResult:
     pca: dict[tuple[int, int], np.ndarray]
     pca_explained: dict[tuple[int, int], list[float]]
     control: dict = field(default_factory=dict)
+    nodes_present: list[int] = field(default_factory=list)  # [C] nodes seen in each energy window
 
     @property
     def num_layers(self) -> int:
@@ -75,7 +76,7 @@ class GraphTracingResult:
             "context_lengths": self.context_lengths, "window": self.window, "pca_window": self.pca_window,
             "energy": nan_to_none(self.energy), "energy_ratio": nan_to_none(self.energy_ratio),
             "accuracy": nan_to_none(self.accuracy)[0], "accuracy_full": nan_to_none(self.accuracy_full)[0],
-            "chance": self.chance,
+            "chance": self.chance, "nodes_present": self.nodes_present,
             "pca": [{"layer": l, "context": c, "coords": nan_to_none(xy), "explained": self.pca_explained[(l, c)]}
                     for (l, c), xy in sorted(self.pca.items())],
             "control": {k: (nan_to_none(v) if isinstance(v, np.ndarray) else v) for k, v in self.control.items()},
@@ -265,6 +266,7 @@ def trace_graph(
         accuracy=_window_mean(restricted, contexts, window), accuracy_full=_window_mean(full, contexts, window),
         chance=float(A.sum(1)[walks].mean() / n), pca=coords, pca_explained=explained,
         control=control_baseline(A, pca_acc.sums[-1].shape[-1], seed=seed),
+        nodes_present=[int(x) for x in (curve_acc.counts > 0).sum(1)],
     )
 
 

@@ -53,6 +53,7 @@ def test_oracle_model_exact_values():
     expected = [full[:, c - 40:c].mean() for c in (40, 80, 120)]
     np.testing.assert_allclose(res.accuracy_full, expected, rtol=0, atol=1e-14)
     assert res.chance == pytest.approx(deg.mean() / 16, abs=1e-15)
+    assert res.nodes_present == [16, 16, 16]  # walk b starts at node b: every node is seen
 
 
 def tiny_llama(vocab_size=64, layers=2):
