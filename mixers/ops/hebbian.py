@@ -25,20 +25,24 @@ Two forms with the same contract:
 
   (for per-key decay, D_ij is per key and lives inside the K-contraction).
 
-Numerics of ``chunk_hebbian`` (α ∈ (0, 1], i.e. finite log_alpha ≤ 0). The inter-chunk
-terms only exponentiate differences g_later − g_earlier ≤ 0. For the intra-chunk
-weights e^{g_i − g_j} there are two exact paths, chosen per call by ``_factorizable``
-from the size of the decay (a documented numeric rule, never from T):
+Numerics of ``chunk_hebbian`` (α ∈ (0, 1], i.e. finite log_alpha ≤ 0). Every exponent
+it evaluates is ≤ 0 except the factor e^{−g} of the factorised path below. The
+intra-chunk weights e^{g_i − g_j} have two exact paths, chosen per call by
+``_factorizable`` from the size of the decay (a documented numeric rule, never from T):
 
 * factorised, when every |g| ≤ log(dtype max) / 4 (22 in float32, 177 in float64):
   e^{g_i − g_j} = e^{g_i} · e^{−g_j}, so the weights come from one matmul
   (Q ⊙ e^{g})(K ⊙ e^{−g})ᵀ; factors, the discarded future entries and the gradients
-  stay at most e^{2·22} ≈ 1e19 away from 1 in float32, far inside the range.
-* explicit, otherwise (strong decay): scalar decay builds D = e^{tril(g_i − g_j)} as a
-  [C, C] matrix; per-key decay builds each chunk's [C, C] weight matrix by recursive
-  halving (``_intra_per_key``), where the cross block of two halves factorises through
-  the decay at their boundary with both exponents ≤ 0. No [C, C, K] tensor is formed.
-  A weight underflows to 0 only when its true value is below the dtype's tiny.
+  stay within e^{±44} in float32, far inside the range. As with any prefix-sum
+  difference, an exponent carries an error of about |g|·eps (≤ 22·eps), so weights are
+  exact to ~1e-6 relative in float32.
+* explicit, otherwise (strong decay): every exponent is a direct partial sum of log α
+  (segment sums Σ_{j<s≤i} by a masked cumsum, suffix sums Σ_{s>j} by a reversed cumsum),
+  so its error scales with its own size, not with the chunk's total decay. Scalar decay
+  builds the [C, C] matrix D; per-key decay builds each chunk's [C, C] weight matrix by
+  recursive halving (``_intra_per_key``): the cross block of two halves factorises at
+  their boundary with both exponents ≤ 0. No [C, C, K] tensor is formed. A weight
+  underflows to 0 only when its true value is below the dtype's tiny.
 
 No [T, T] tensor is formed anywhere: memory is O(T·(C + K·V / C)) per head.
 log α = −inf (α = 0 exactly) gives NaN; positive log_alpha (growth) is accepted,

@@ -4,7 +4,6 @@ mamba2_chunk_scan)."""
 from __future__ import annotations
 
 import importlib.util
-import math
 from pathlib import Path
 
 import pytest
@@ -255,4 +254,3 @@ def test_transformers_mamba2_chunk_scan(T):
                              output_final_state=True)
         assert_close(y_ref, (y + D[:, None] * x).float())
         assert_close(S_ref, S.transpose(-1, -2).float())
-    assert math.isfinite(y_ref.abs().max().item())
