@@ -53,13 +53,14 @@ __all__ = [
 
 
 class _Inputs(NamedTuple):
-    """Validated inputs in the compute dtype, defaults filled in, q already scaled."""
-    q: torch.Tensor                 # [B, T, H, K], scale · q
+    """Validated inputs in the compute dtype, defaults filled in."""
+    q: torch.Tensor                 # [B, T, H, K]
     k: torch.Tensor                 # [B, T, H, K]
     v: torch.Tensor                 # [B, T, H, V]
     log_alpha: torch.Tensor | None  # None, [B, T, H] or [B, T, H, K]
     beta: torch.Tensor              # [B, T, H]
     state: torch.Tensor             # [B, H, K, V]
+    scale: float                    # read-out scale (K**-0.5 by default)
 
 
 def _check_tensor(name: str, x, rank: int) -> None:
@@ -112,12 +113,12 @@ def _prepare(fn: str, q, k, v, log_alpha, beta, scale, initial_state, *, per_key
     if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float))):
         raise TypeError(f"{fn}: scale must be a number or None, got {type(scale).__name__}")
     cd = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
-    scale = K ** -0.5 if scale is None else float(scale)
     return _Inputs(
-        q=q.to(cd) * scale, k=k.to(cd), v=v.to(cd),
+        q=q.to(cd), k=k.to(cd), v=v.to(cd),
         log_alpha=None if log_alpha is None else log_alpha.to(cd),
         beta=q.new_ones(B, T, H, dtype=cd) if beta is None else beta.to(cd),
         state=q.new_zeros(B, H, K, V, dtype=cd) if initial_state is None else initial_state.to(cd),
+        scale=K ** -0.5 if scale is None else float(scale),
     )
 
 
@@ -157,7 +158,7 @@ def _delta_recurrence(x: _Inputs, *, joint: bool) -> tuple[torch.Tensor, torch.T
         # 3. write: S_t = diag(α_t) S_{t−1} + k_t u_tᵀ
         S = alpha * S + k_t[..., :, None] * u_t[..., None, :]  # (B, H, K, V)
         # 4. read after the write: o_t = S_tᵀ (scale · q_t)
-        outs.append(torch.einsum("bhkv,bhk->bhv", S, x.q[:, t]))  # (B, H, V)
+        outs.append(torch.einsum("bhkv,bhk->bhv", S, x.scale * x.q[:, t]))  # (B, H, V)
     return torch.stack(outs, dim=1), S  # (B, T, H, V), (B, H, K, V)
 
 

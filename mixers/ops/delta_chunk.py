@@ -41,12 +41,15 @@ log_alpha must be finite (α = 0 exactly gives NaN in the differences).
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 
 __all__ = ["chunk_scalar_decay", "chunk_key_decay"]
 
 _BASE_BLOCK = 16  # triangular inverse: diagonal blocks inverted by forward substitution
+_GROUP_TOKENS = 1024  # chunks are processed in groups of about this many tokens (cache-sized intermediates)
 _SUB_CHUNK = 16  # per-key decay: largest sub-chunk (a divisor of chunk_size) with explicit [s, s, K] decays
 
 
@@ -57,10 +60,11 @@ def _chunks(x: torch.Tensor, C: int) -> torch.Tensor:
     """
     B, T, H = x.shape[:3]
     N = -(-T // C)
-    x = F.pad(x, (0, 0) * (x.dim() - 3) + (0, 0, 0, N * C - T))  # (B, N*C, H, ...)
+    if N * C != T:
+        x = F.pad(x, (0, 0) * (x.dim() - 3) + (0, 0, 0, N * C - T))  # (B, N*C, H, ...)
     x = x.reshape(B, N, C, H, *x.shape[3:])  # (B, N, C, H, ...)
-    x = x.permute(1, 0, 3, 2, *range(4, x.dim()))  # (N, B, H, C, ...)
-    return x.reshape(N, B * H, C, *x.shape[4:])  # (N, B*H, C, ...)
+    x = x.permute(1, 0, 3, 2, *range(4, x.dim())).contiguous()  # (N, B, H, C, ...)
+    return x.view(N, B * H, C, *x.shape[4:])  # (N, B*H, C, ...)
 
 
 def _unchunk(o: torch.Tensor, B: int, T: int) -> torch.Tensor:
@@ -70,111 +74,161 @@ def _unchunk(o: torch.Tensor, B: int, T: int) -> torch.Tensor:
     return o.reshape(B, N * C, BH // B, V)[:, :T]  # (B, T, H, V)
 
 
-def _lower_block_inverse(L: torch.Tensor, base: int = _BASE_BLOCK) -> torch.Tensor:
-    """(I + L)⁻¹ for strictly lower-triangular L [..., C, C], by blocks (no autograd).
+def _diag_block_inverses(A: torch.Tensor, b: int) -> torch.Tensor:
+    """Inverses of the b×b diagonal blocks of I + strictly_lower(A) [..., n*b, n*b] -> [..., n, b, b]."""
+    *lead, C, _ = A.shape
+    n = C // b
+    blocks = torch.diagonal(A.view(*lead, n, b, n, b), dim1=-4, dim2=-2).movedim(-1, -3)  # (..., n, b, b)
+    eye = torch.eye(b, dtype=A.dtype, device=A.device)
+    return torch.linalg.solve_triangular(blocks, eye.expand_as(blocks), upper=False, unitriangular=True)
 
-    Diagonal blocks of b = min(base, C) rows are inverted by forward substitution,
-    row i of T being e_i − L_{i,<i} T_{<i} (one batched product per row, over all
-    blocks of all chunks); pairs of inverted blocks then merge level by level,
-        [[T₁, 0], [L₂₁, T₂]]-system  →  [[T₁, 0], [−T₂ L₂₁ T₁, T₂]],
-    so everything except b small products is a batched matmul. C is padded to
-    b·2^J with zero rows of L, which leaves the top-left C×C block of the inverse exact.
+
+def _unit_lower_inverse(A: torch.Tensor) -> torch.Tensor:
+    """T = (I + strictly_lower(A))⁻¹ for A [..., C, C] (no autograd), by blocks of b = min(16, C) rows.
+
+    1. The b×b diagonal blocks T_II are inverted with torch.linalg.solve_triangular, all at once.
+    2. Block rows, left-looking: T_{I,<I} = −T_II (L_{I,<I} T_{<I,<I}) (two batched matmuls each).
+    C is padded to a multiple of b with zero rows (the padded system is block diagonal).
     """
-    *lead, C, _ = L.shape
-    b, n = min(base, C), 1
-    while b * n < C:
-        n *= 2
-    L = F.pad(L, (0, b * n - C, 0, b * n - C))  # (..., b*n, b*n)
-    Lb = torch.diagonal(L.reshape(*lead, n, b, n, b), dim1=-4, dim2=-2).movedim(-1, -3)  # (..., n, b, b)
-    T = torch.eye(b, dtype=L.dtype, device=L.device).expand_as(Lb).clone()  # (..., n, b, b)
-    for i in range(1, b):
-        T[..., i, :i] = -(Lb[..., i:i + 1, :i] @ T[..., :i, :i]).squeeze(-2)
-    while n > 1:
-        s = T.shape[-1]
-        L21 = torch.diagonal(L.reshape(*lead, n, s, n, s), offset=-1, dim1=-4, dim2=-2)  # (..., s, s, n−1)
-        L21 = L21.movedim(-1, -3)[..., 0::2, :, :]  # (..., n/2, s, s): block (2p+1, 2p)
-        T1, T2 = T[..., 0::2, :, :], T[..., 1::2, :, :]  # (..., n/2, s, s)
-        T = torch.cat([torch.cat([T1, torch.zeros_like(T1)], dim=-1),
-                       torch.cat([-(T2 @ L21 @ T1), T2], dim=-1)], dim=-2)  # (..., n/2, 2s, 2s)
-        n //= 2
-    return T[..., 0, :C, :C]
+    C = A.shape[-1]
+    b = min(_BASE_BLOCK, C)
+    pad = -C % b
+    if pad:
+        A = F.pad(A, (0, pad, 0, pad))  # (..., n*b, n*b)
+    Tb = _diag_block_inverses(A, b)  # (..., n, b, b)
+    T = torch.empty_like(A)  # every entry written below: the upper block triangle is set to 0
+    for I in range(Tb.shape[-3]):
+        rows, left = slice(I * b, (I + 1) * b), slice(0, I * b)
+        if I:
+            T[..., rows, left] = -(Tb[..., I, :, :] @ (A[..., rows, left] @ T[..., left, left]))
+        T[..., rows, rows] = Tb[..., I, :, :]
+        T[..., rows, (I + 1) * b:] = 0
+    return T[..., :C, :C]
 
 
-class _UnitLowerInverse(torch.autograd.Function):
-    """T = (I + strictly_lower(A))⁻¹; backward dA = −strictly_lower(Tᵀ dT Tᵀ) (from dT = −T dA T)."""
+class _UnitLowerSolve(torch.autograd.Function):
+    """[X₁, X₂] = (I + strictly_lower(A))⁻¹ [R₁, R₂] (the UT transform, eq. 1), for all chunks at once.
+
+    Forward: T = ``_unit_lower_inverse(A)``, Xᵢ = T Rᵢ (batched matmuls). Backward:
+    dRᵢ = Tᵀ dXᵢ and dA = −strictly_lower(Σᵢ dRᵢ Xᵢᵀ) (from dX = −T dA X).
+    A: [N, BH, C, C] (diagonal and upper triangle ignored); Rᵢ: [N, BH, C, Mᵢ].
+    """
 
     @staticmethod
-    def forward(ctx, A):
-        T = _lower_block_inverse(A.tril(-1))
-        ctx.save_for_backward(T)
-        return T
+    def forward(ctx, A, R1, R2):
+        T = _unit_lower_inverse(A)  # (N, BH, C, C)
+        X1, X2 = T @ R1, T @ R2  # (N, BH, C, M₁), (N, BH, C, M₂)
+        ctx.save_for_backward(T, X1, X2)
+        return X1, X2
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx, dT):
-        (T,) = ctx.saved_tensors
-        return -(T.mT @ dT @ T.mT).tril(-1)
+    def backward(ctx, dX1, dX2):
+        T, X1, X2 = ctx.saved_tensors
+        dR1, dR2 = T.mT @ dX1, T.mT @ dX2  # (N, BH, C, M₁), (N, BH, C, M₂)
+        dA = (dR1 @ X1.mT).flatten(0, 1).baddbmm_(dR2.flatten(0, 1), X2.flatten(0, 1).mT)  # (N*BH, C, C)
+        return dA.view(T.shape).tril(-1).neg_(), dR1, dR2
 
 
-def _ut_transform(A, v, k_erase, beta):
-    """T = (I + strictly_lower(A))⁻¹; [U | W] = T [β ⊙ V | β ⊙ k_erase] for all chunks at once (eq. 1).
+class _Carry(torch.autograd.Function):
+    """Sequential part over chunks n = 0 … N−1 (eqs. 1, 3), with a hand-written backward:
 
-    A: [N, BH, C, C] (its diagonal and upper triangle are ignored); v: [N, BH, C, V];
-    k_erase: [N, BH, C, K] (e^{E} ⊙ K); beta: [N, BH, C]. Returns U [.., C, V], W [.., C, K].
+        u_n = U_n − W_n S_[n],    S_[n+1] = a_n ⊙ S_[n] + k_nᵀ u_n.
+
+    U: [N, BH, C, V]; W, k (= e^{G_C − G} ⊙ K): [N, BH, C, K]; a: None, [N, BH, 1, 1] or [N, BH, K, 1];
+    S0: [BH, K, V]. Returns the chunk-start states [N, BH, K, V], u [N, BH, C, V] and S_[N] [BH, K, V].
+    Only the recurrence runs per chunk (two small matmuls); the weight gradients are batched afterwards.
     """
-    rhs = torch.cat([v, k_erase], dim=-1) * beta[..., None]  # (N, BH, C, V+K)
-    X = _UnitLowerInverse.apply(A) @ rhs  # (N, BH, C, V+K)
-    return X.split([v.shape[-1], k_erase.shape[-1]], dim=-1)
+
+    @staticmethod
+    def forward(ctx, U, W, k, a, S0):
+        N = U.shape[0]
+        starts = S0.new_empty(N + 1, *S0.shape)  # (N+1, BH, K, V); starts[N] is the final state
+        u = torch.empty_like(U, memory_format=torch.contiguous_format)  # (N, BH, C, V)
+        starts[0] = S0
+        for n in range(N):
+            torch.baddbmm(U[n], W[n], starts[n], alpha=-1, out=u[n])  # u_n = U_n − W_n S_n
+            carried = starts[n] if a is None else a[n] * starts[n]
+            torch.baddbmm(carried, k[n].mT, u[n], out=starts[n + 1])  # S_{n+1} = a_n S_n + k_nᵀ u_n
+        ctx.save_for_backward(W, k, a, starts, u)
+        return starts[:N], u, starts[N]
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, d_starts, d_u, d_final):
+        W, k, a, starts, u = ctx.saved_tensors
+        N = u.shape[0]
+        dS = torch.empty_like(starts)  # dS[n] = ∂L/∂S_n, n = 0 … N
+        du = torch.empty_like(u)  # total ∂L/∂u_n (through the output and the state)
+        dS[N] = d_final
+        for n in reversed(range(N)):
+            torch.baddbmm(d_u[n], k[n], dS[n + 1], out=du[n])  # du_n += k_n dS_{n+1}
+            carried = dS[n + 1] if a is None else a[n] * dS[n + 1]
+            torch.baddbmm(carried + d_starts[n], W[n].mT, du[n], alpha=-1, out=dS[n])  # dS_n
+        S, dS_next = starts[:N], dS[1:]  # (N, BH, K, V): S_n and ∂L/∂S_{n+1}
+        dW = -(du @ S.mT)  # (N, BH, C, K)
+        dk = u @ dS_next.mT  # (N, BH, C, K)
+        da = None
+        if a is not None:
+            da = (S * dS_next).sum(-1, keepdim=True)  # (N, BH, K, 1)
+            da = da if a.shape[-2] > 1 else da.sum(-2, keepdim=True)  # (N, BH, 1, 1) for a scalar decay
+        return du, dW, dk, da, dS[0]
 
 
-def _carry(U, W, k_out, a, S):
-    """Sequential part: u_n = U_n − W_n S_[n] (eq. 1), S_[n+1] = a_n ⊙ S_[n] + k_outₙᵀ u_n (eq. 3).
+def _over_groups(group_fn, q, k, v, log_alpha, beta, state, scale: float, C: int):
+    """Run ``group_fn`` over consecutive groups of ⌈_GROUP_TOKENS / C⌉ chunks, carrying the state.
 
-    U: [N, BH, C, V]; W, k_out: [N, BH, C, K]; a: None, [N, BH, 1, 1] or [N, BH, K, 1];
-    S: [BH, K, V]. Returns chunk-start states [N, BH, K, V], u [N, BH, C, V] and the final state.
-    """
-    decays = a.unbind(0) if a is not None else [None] * U.shape[0]
-    starts, us = [], []
-    for U_n, W_n, k_n, a_n in zip(U.unbind(0), W.unbind(0), k_out.unbind(0), decays):
-        starts.append(S)
-        u_n = torch.baddbmm(U_n, W_n, S, alpha=-1)  # (BH, C, V)
-        S = torch.baddbmm(S if a_n is None else a_n * S, k_n.mT, u_n)  # (BH, K, V)
-        us.append(u_n)
-    return torch.stack(starts), torch.stack(us), S
-
-
-def chunk_scalar_decay(q, k, v, log_alpha, beta, state, C: int):
-    """Gated delta rule S_t = α_t (I − β_t k kᵀ) S_{t−1} + β_t k vᵀ with scalar (or no) decay, chunkwise.
-
-    q (scaled), k: [B, T, H, K]; v: [B, T, H, V]; log_alpha: None or [B, T, H]; beta: [B, T, H];
-    state: [B, H, K, V]. Returns o [B, T, H, V] and the final state [B, H, K, V].
+    The result is the same as one pass over all chunks (each chunk's algebra and the
+    chunk-to-chunk recurrence are unchanged); groups only keep the [N, BH, C, ·]
+    intermediates small enough to stay in cache. Returns o [B, T, H, V], S [B, H, K, V].
     """
     B, T, H, K = q.shape
+    step = C * max(1, _GROUP_TOKENS // C)
+    S = state.reshape(B * H, K, -1)  # (BH, K, V)
+    outs = []
+    for t0 in range(0, T, step):
+        part = slice(t0, t0 + step)
+        gate = None if log_alpha is None else log_alpha[:, part]
+        o, S = group_fn(q[:, part], k[:, part], v[:, part], gate, beta[:, part], S, scale, C)
+        outs.append(o)  # (B, step, H, V)
+    return (torch.cat(outs, dim=1) if len(outs) > 1 else outs[0]), S.reshape(B, H, K, -1)
+
+
+def chunk_scalar_decay(q, k, v, log_alpha, beta, state, scale: float, C: int):
+    """Gated delta rule S_t = α_t (I − β_t k kᵀ) S_{t−1} + β_t k vᵀ with scalar (or no) decay, chunkwise.
+
+    q, k: [B, T, H, K]; v: [B, T, H, V]; log_alpha: None or [B, T, H]; beta: [B, T, H];
+    state: [B, H, K, V]; o_t = S_tᵀ (scale · q_t). Returns o [B, T, H, V] and the final state [B, H, K, V].
+    """
+    return _over_groups(_scalar_decay_group, q, k, v, log_alpha, beta, state, scale, C)
+
+
+def _scalar_decay_group(q, k, v, log_alpha, beta, S, scale: float, C: int):
+    """``chunk_scalar_decay`` on one group of tokens; S: [BH, K, V]. Returns o [B, t, H, V], S."""
+    B, T, H, K = q.shape
     q, k, v = _chunks(q, C), _chunks(k, C), _chunks(v, C)  # (N, BH, C, K|V)
-    beta = _chunks(beta, C)  # (N, BH, C)
-    causal = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()  # (C, C)
+    beta = _chunks(beta, C)[..., None]  # (N, BH, C, 1)
+    k_beta = k * beta  # (N, BH, C, K)
+    KK = k_beta @ k.mT  # (N, BH, C, C): β_t k_tᵀ k_s
+    QK = q @ k.mT  # (N, BH, C, C)
     if log_alpha is None:
-        D, g = causal.to(q.dtype), None  # (C, C)
+        A, P, k_erase, q_in, k_out, a = KK, QK.tril(), k_beta, q * scale, k, None
     else:
-        g = _chunks(log_alpha, C).cumsum(-1)  # (N, BH, C) log decay since the chunk start
-        D = torch.where(causal, g[..., :, None] - g[..., None, :], -torch.inf).exp()  # (N, BH, C, C)
-    # 1. UT transform, all chunks at once: A = diag(β) (K Kᵀ ⊙ D), erase keys e^{g} ⊙ K
-    A = (k @ k.mT) * D  # (N, BH, C, C); β is applied row-wise through the right-hand side
-    A = A * beta[..., None]
-    U, W = _ut_transform(A, v, k if g is None else k * g.exp()[..., None], beta)
-    # 2. intra-chunk read weights P = (Q Kᵀ) ⊙ D, causal including the diagonal
-    P = (q @ k.mT) * D  # (N, BH, C, C)
-    # 3. sequential over chunks: u = U − W S_[n] and the state carry (eq. 3)
-    if g is None:
-        q_in, k_out, a = q, k, None
-    else:
-        q_in = q * g.exp()[..., None]  # (N, BH, C, K)
-        k_out = k * (g[..., -1:] - g).exp()[..., None]  # (N, BH, C, K)
-        a = g[..., -1].exp()[..., None, None]  # (N, BH, 1, 1)
-    starts, u, S = _carry(U, W, k_out, a, state.reshape(B * H, K, -1))
-    # 4. read (eq. 2): inter-chunk term against the chunk-start states + intra-chunk term
-    o = q_in @ starts + P @ u  # (N, BH, C, V)
-    return _unchunk(o, B, T), S.reshape(B, H, K, -1)
+        g = _chunks(log_alpha, C).cumsum(-1)[..., None]  # (N, BH, C, 1) log decay since the chunk start
+        causal = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()  # (C, C)
+        D = (g - g.mT).masked_fill_(~causal, -torch.inf).exp_()  # (N, BH, C, C): e^{g_t − g_s}, s ≤ t
+        A, P = KK * D, QK * D  # A = diag(β) (K Kᵀ ⊙ D); P = (Q Kᵀ) ⊙ D
+        k_erase = k_beta * g.exp()  # (N, BH, C, K): β e^{g} ⊙ K
+        q_in = q * (scale * g.exp())  # (N, BH, C, K)
+        k_out = k * (g[..., -1:, :] - g).exp()  # (N, BH, C, K): e^{g_C − g} ⊙ K
+        a = g[..., -1:, :].exp()  # (N, BH, 1, 1)
+    # 1. UT transform, all chunks at once: [U | W] = T [β ⊙ V | β e^{g} ⊙ K]
+    U, W = _UnitLowerSolve.apply(A, v * beta, k_erase)  # (N, BH, C, V), (N, BH, C, K)
+    # 2. sequential over chunks: u = U − W S_[n] and the state carry (eq. 3)
+    starts, u, S = _Carry.apply(U, W, k_out, a, S)
+    # 3. read (eq. 2): scale · (P u) + (scale e^{g} ⊙ Q) S_[n]
+    o = (P @ u).flatten(0, 1).baddbmm_(q_in.flatten(0, 1), starts.flatten(0, 1), beta=scale)  # (N*BH, C, V)
+    return _unchunk(o.view(u.shape), B, T), S
 
 
 def _pairwise(x, Ex, k, G, s: int, strict: bool):
@@ -207,29 +261,36 @@ def _sub_chunk(C: int) -> int:
     return max(d for d in range(1, min(C, _SUB_CHUNK) + 1) if C % d == 0)
 
 
-def chunk_key_decay(q, k, v, log_alpha, beta, state, C: int, *, erase_reads_decayed: bool):
+def chunk_key_decay(q, k, v, log_alpha, beta, state, scale: float, C: int, *, erase_reads_decayed: bool):
     """Delta rule with per-key decay S_t = diag(a_t) S_{t−1} + k_t u_tᵀ, chunkwise (eqs. 1-3).
 
     erase_reads_decayed=False: the joint variant, u_t = β_t (v_t − S_{t−1}ᵀ k_t), i.e.
     S_t = (diag(a_t) − β_t k kᵀ) S_{t−1} + β_t k vᵀ. True: u_t = β_t (v_t − (diag(a_t) S_{t−1})ᵀ k_t).
-    q (scaled), k, log_alpha: [B, T, H, K]; v: [B, T, H, V]; beta: [B, T, H]; state: [B, H, K, V].
+    q, k, log_alpha: [B, T, H, K]; v: [B, T, H, V]; beta: [B, T, H]; state: [B, H, K, V].
+    Returns o [B, T, H, V] and the final state [B, H, K, V].
     """
+    group = functools.partial(_key_decay_group, erase_reads_decayed=erase_reads_decayed)
+    return _over_groups(group, q, k, v, log_alpha, beta, state, scale, C)
+
+
+def _key_decay_group(q, k, v, log_alpha, beta, S, scale: float, C: int, *, erase_reads_decayed: bool):
+    """``chunk_key_decay`` on one group of tokens; S: [BH, K, V]. Returns o [B, t, H, V], S."""
     B, T, H, K = q.shape
-    q, k, v, la = (_chunks(x, C) for x in (q, k, v, log_alpha))  # (N, BH, C, K|V)
-    beta = _chunks(beta, C)  # (N, BH, C)
+    q, k, v, la = (_chunks(x, C) for x in (q * scale, k, v, log_alpha))  # (N, BH, C, K|V)
+    beta = _chunks(beta, C)[..., None]  # (N, BH, C, 1)
     G = la.cumsum(-2)  # (N, BH, C, K) inclusive log decay since the chunk start
     E = G if erase_reads_decayed else G - la  # (N, BH, C, K) decay seen by the erase
     s = _sub_chunk(C)
     # 1. UT transform: A_ts = β_t Σ k_t k_s e^{E_t − G_s} (s < t), erase keys e^{E} ⊙ K
-    A = _pairwise(k, E, k, G, s, strict=True) * beta[..., None]  # (N, BH, C, C)
-    U, W = _ut_transform(A, v, k * E.exp(), beta)
+    A = _pairwise(k, E, k, G, s, strict=True) * beta  # (N, BH, C, C)
+    U, W = _UnitLowerSolve.apply(A, v * beta, k * (beta * E.exp()))  # (N, BH, C, V), (N, BH, C, K)
     # 2. intra-chunk read weights P_ts = Σ q_t k_s e^{G_t − G_s} (s ≤ t)
     P = _pairwise(q, G, k, G, s, strict=False)  # (N, BH, C, C)
     # 3. sequential over chunks
     q_in = q * G.exp()  # (N, BH, C, K)
     k_out = k * (G[..., -1:, :] - G).exp()  # (N, BH, C, K)
     a = G[..., -1, :].exp()[..., None]  # (N, BH, K, 1)
-    starts, u, S = _carry(U, W, k_out, a, state.reshape(B * H, K, -1))
+    starts, u, S = _Carry.apply(U, W, k_out, a, S)
     # 4. read (eq. 2)
     o = q_in @ starts + P @ u  # (N, BH, C, V)
-    return _unchunk(o, B, T), S.reshape(B, H, K, -1)
+    return _unchunk(o, B, T), S

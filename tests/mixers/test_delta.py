@@ -92,6 +92,30 @@ def test_strong_decay_is_stable(family):
             assert_close(g_c[name], g_r[name], **EXACT, msg=lambda m: f"grad {name}: {m}")
 
 
+@pytest.mark.parametrize("family", ["gated_deltanet", "joint_key"])
+def test_chunk_groups_match_recurrent(family, monkeypatch):
+    """Chunks are processed in groups of ~_GROUP_TOKENS tokens; several groups (one ragged) == recurrent."""
+    from assocmem.mixers.ops import delta_chunk
+    monkeypatch.setattr(delta_chunk, "_GROUP_TOKENS", 40)  # C = 16: groups of 2 chunks = 32 tokens
+    rec, chunk, gate = FAMILIES[family]
+    x = make_inputs(83, gate, seed=2)
+    o_r, S_r, g_r = outputs_and_grads(rec, x)
+    o_c, S_c, g_c = outputs_and_grads(chunk, x, chunk_size=16)
+    assert_close(o_c, o_r, **EXACT)
+    assert_close(S_c, S_r, **EXACT)
+    for name in g_r:
+        assert_close(g_c[name], g_r[name], **EXACT, msg=lambda m: f"grad {name}: {m}")
+
+
+def test_long_sequence_default_groups():
+    """T = 1100 > the default group size (1024 tokens), float64, chunk_size 64."""
+    x = make_inputs(1100, "scalar", seed=3, b=1, h=1, dk=4, dv=3)
+    o_r, S_r = run(delta.recurrent_delta_rule, x)
+    o_c, S_c = run(delta.chunk_delta_rule, x)
+    assert_close(o_c, o_r, **EXACT)
+    assert_close(S_c, S_r, **EXACT)
+
+
 # ----------------------------------------------------------------------------- state passing
 
 @pytest.mark.parametrize("form", ["recurrent", "chunk"])
