@@ -144,12 +144,15 @@ class _Carry(torch.autograd.Function):
     def forward(ctx, U, W, k, a, S0):
         N = U.shape[0]
         starts = S0.new_empty(N + 1, *S0.shape)  # (N+1, BH, K, V); starts[N] is the final state
-        u = torch.empty_like(U, memory_format=torch.contiguous_format)  # (N, BH, C, V)
+        u = U.clone(memory_format=torch.contiguous_format)  # (N, BH, C, V), becomes U − W S in place
         starts[0] = S0
         for n in range(N):
-            torch.baddbmm(U[n], W[n], starts[n], alpha=-1, out=u[n])  # u_n = U_n − W_n S_n
-            carried = starts[n] if a is None else a[n] * starts[n]
-            torch.baddbmm(carried, k[n].mT, u[n], out=starts[n + 1])  # S_{n+1} = a_n S_n + k_nᵀ u_n
+            u[n].baddbmm_(W[n], starts[n], alpha=-1)  # u_n = U_n − W_n S_n
+            if a is None:
+                starts[n + 1].copy_(starts[n])
+            else:
+                torch.mul(starts[n], a[n], out=starts[n + 1])
+            starts[n + 1].baddbmm_(k[n].mT, u[n])  # S_{n+1} = a_n S_n + k_nᵀ u_n
         ctx.save_for_backward(W, k, a, starts, u)
         return starts[:N], u, starts[N]
 
@@ -159,14 +162,17 @@ class _Carry(torch.autograd.Function):
         W, k, a, starts, u = ctx.saved_tensors
         N = u.shape[0]
         dS = torch.empty_like(starts)  # dS[n] = ∂L/∂S_n, n = 0 … N
-        du = torch.empty_like(u)  # total ∂L/∂u_n (through the output and the state)
-        dS[N] = d_final
+        dS[:N], dS[N] = d_starts, d_final
+        du = d_u.clone(memory_format=torch.contiguous_format)  # total ∂L/∂u_n (through the output and the state)
         for n in reversed(range(N)):
-            torch.baddbmm(d_u[n], k[n], dS[n + 1], out=du[n])  # du_n += k_n dS_{n+1}
-            carried = dS[n + 1] if a is None else a[n] * dS[n + 1]
-            torch.baddbmm(carried + d_starts[n], W[n].mT, du[n], alpha=-1, out=dS[n])  # dS_n
+            du[n].baddbmm_(k[n], dS[n + 1])  # du_n += k_n dS_{n+1}
+            if a is None:
+                dS[n] += dS[n + 1]
+            else:
+                dS[n].addcmul_(dS[n + 1], a[n])
+            dS[n].baddbmm_(W[n].mT, du[n], alpha=-1)  # dS_n = a_n dS_{n+1} + ∂o/∂S_n − W_nᵀ du_n
         S, dS_next = starts[:N], dS[1:]  # (N, BH, K, V): S_n and ∂L/∂S_{n+1}
-        dW = -(du @ S.mT)  # (N, BH, C, K)
+        dW = (du @ S.mT).neg_()  # (N, BH, C, K)
         dk = u @ dS_next.mT  # (N, BH, C, K)
         da = None
         if a is not None:
