@@ -191,11 +191,12 @@ def _over_groups(group_fn, q, k, v, log_alpha, beta, state, scale: float, C: int
     B, T, H, K = q.shape
     step = C * max(1, _GROUP_TOKENS // C)
     S = state.reshape(B * H, K, -1)  # (BH, K, V)
+    # split (not slice in a loop): its backward concatenates the groups' gradients once
+    gates = [None] * -(-T // step) if log_alpha is None else log_alpha.split(step, dim=1)
+    groups = zip(q.split(step, dim=1), k.split(step, dim=1), v.split(step, dim=1), gates, beta.split(step, dim=1))
     outs = []
-    for t0 in range(0, T, step):
-        part = slice(t0, t0 + step)
-        gate = None if log_alpha is None else log_alpha[:, part]
-        o, S = group_fn(q[:, part], k[:, part], v[:, part], gate, beta[:, part], S, scale, C)
+    for q_g, k_g, v_g, la_g, beta_g in groups:
+        o, S = group_fn(q_g, k_g, v_g, la_g, beta_g, S, scale, C)
         outs.append(o)  # (B, step, H, V)
     return (torch.cat(outs, dim=1) if len(outs) > 1 else outs[0]), S.reshape(B, H, K, -1)
 
