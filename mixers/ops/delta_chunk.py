@@ -1,7 +1,7 @@
 """Chunkwise forms of the delta-rule family through the WY/UT representation.
 
 Equations and the public entry points are in ``delta.py``; this file holds the
-chunk algebra on validated inputs (compute dtype, q already scaled).
+chunk algebra on validated inputs (compute dtype, defaults filled in).
 
 Derivation (one head, one chunk of C tokens, start state S_[n]). Every member
 of the family writes S_t = diag(a_t) S_{t−1} + k_t u_tᵀ with the correction
@@ -22,10 +22,14 @@ transform T = (I + A)⁻¹ gives (REFERENCES.md §1)
 
 Scalar decay (one a_t per head) makes the pairwise factors one [C, C] matrix
 D_ts = e^{g_t − g_s} and A = diag(β) (K Kᵀ ⊙ D) (the erase reads the decayed
-state). All chunks' K Kᵀ, Q Kᵀ, the triangular inverses (by blocks, batched
-over chunks: ``_lower_block_inverse``) and (2)'s P are computed at once; only
-u = U − W S_[n] and (3) run sequentially over chunks, and (2)'s state term is
-one batched matmul against the stacked chunk-start states afterwards.
+state). Work is batched over all chunks of a group (``_GROUP_TOKENS`` tokens,
+so the [N, BH, C, ·] intermediates stay cache-sized; the result does not depend
+on the grouping): K Kᵀ, Q Kᵀ, D, the triangular inverse T (``_unit_lower_inverse``:
+16×16 diagonal blocks by torch.linalg.solve_triangular, then block rows by
+batched matmuls) and U, W = T R are all-chunk batched matmuls. Only
+u = U − W S_[n] and (3) run per chunk (``_Carry``, two small matmuls, with a
+hand-written backward), and (2)'s state term is one batched matmul against the
+stacked chunk-start states afterwards.
 
 Numerics (log_alpha ≤ 0): every exponent evaluated is a difference
 G_later − G_earlier ≤ 0, so nothing overflows whatever the decay; a factor
@@ -48,7 +52,7 @@ import torch.nn.functional as F
 
 __all__ = ["chunk_scalar_decay", "chunk_key_decay"]
 
-_BASE_BLOCK = 16  # triangular inverse: diagonal blocks inverted by forward substitution
+_BASE_BLOCK = 16  # triangular inverse: diagonal blocks inverted by torch.linalg.solve_triangular
 _GROUP_TOKENS = 1024  # chunks are processed in groups of about this many tokens (cache-sized intermediates)
 _SUB_CHUNK = 16  # per-key decay: largest sub-chunk (a divisor of chunk_size) with explicit [s, s, K] decays
 
@@ -222,9 +226,10 @@ def _scalar_decay_group(q, k, v, log_alpha, beta, S, scale: float, C: int):
         A, P, k_erase, q_in, k_out, a = KK, QK.tril(), k_beta, q * scale, k, None
     else:
         g = _chunks(log_alpha, C).cumsum(-1)[..., None]  # (N, BH, C, 1) log decay since the chunk start
-        causal = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()  # (C, C)
-        D = (g - g.mT).masked_fill_(~causal, -torch.inf).exp_()  # (N, BH, C, C): e^{g_t − g_s}, s ≤ t
-        A, P = KK * D, QK * D  # A = diag(β) (K Kᵀ ⊙ D); P = (Q Kᵀ) ⊙ D
+        # D_ts = e^{g_t − g_s} for s ≤ t (exponent ≤ 0); the clamp makes the unused upper triangle e^0 = 1:
+        # the solve reads only the strictly lower part of A, and P is made causal by tril_
+        D = (g - g.mT).clamp(max=0.0).exp_()  # (N, BH, C, C)
+        A, P = KK * D, (QK * D).tril_()  # A = diag(β) (K Kᵀ ⊙ D); P = (Q Kᵀ) ⊙ D, causal
         k_erase = k_beta * g.exp()  # (N, BH, C, K): β e^{g} ⊙ K
         q_in = q * (scale * g.exp())  # (N, BH, C, K)
         k_out = k * (g[..., -1:, :] - g).exp()  # (N, BH, C, K): e^{g_C − g} ⊙ K
