@@ -36,7 +36,7 @@ def test_graph_tracing_cli_and_overwrite_guard(llama_dir, tmp_path, capsys):
                                                    for f in ("pca", "curves")}
     code, cap = run(argv, capsys)
     assert code == 2 and "--overwrite" in cap.err
-    code, _ = run(argv[:4] + ["--graph", "ring"] + argv[7:] + ["--overwrite"], capsys)
+    code, _ = run(argv[:3] + ["--graph", "ring"] + argv[6:] + ["--overwrite"], capsys)
     assert code == 0
     assert set(json.loads((out / "graph_tracing.json").read_text())["graphs"]) == {"ring"}
     assert len(list(out.glob("*.png"))) == 2  # the old folder was replaced
