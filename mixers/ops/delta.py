@@ -9,10 +9,12 @@ o_t = S_tᵀ (scale · q_t) (REFERENCES.md §1). With α_t = exp(log_alpha_t):
                      the exact proximal (implicit) step argmin_S ½‖Sᵀk − v‖² + 1/(2β)‖S − S_{t−1}‖²_F
     joint            S_t = (diag(α_t) − β_t k_t k_tᵀ) S_{t−1} + β_t k_t v_tᵀ    (one GD step on ℓ2 + ℓ2-decay
                      taken at S_{t−1}; α_t scalar per head or one factor per key row of S)
+    KDA              S_t = (I − β_t k_t k_tᵀ) diag(α_t) S_{t−1} + β_t k_t v_tᵀ (Kimi Delta Attention: Gated
+                     DeltaNet with one decay per key row, retain then GD; NOT the joint variant)
 
 The delta rule reads "erase what S predicts for k_t, write v_t": the correction
 is u_t = β_t (v_t − S̄ᵀ k_t) with S̄ = α_t S_{t−1} (Gated DeltaNet) or S̄ = S_{t−1}
-(joint), then S_t = diag(α_t) S_{t−1} + k_t u_tᵀ.
+(joint), then S_t = diag(α_t) S_{t−1} + k_t u_tᵀ (KDA: S̄ = diag(α_t) S_{t−1}).
 
 The joint variant with scalar α is exactly a gated delta rule with erase
 strength β/α and written value α·v:
@@ -28,7 +30,7 @@ Forms, one contract (ARCHITECTURE.md, "Functional op contract"):
     o, S = <form>(q, k, v, *, log_alpha=None, beta=None, scale=None,
                   initial_state=None, output_final_state=False[, chunk_size=64])
     q, k: [B, T, H, K]; v: [B, T, H, V]; beta: None (= 1) or [B, T, H];
-    log_alpha: None (α = 1) or [B, T, H]; the joint variant also takes [B, T, H, K];
+    log_alpha: None (α = 1) or [B, T, H]; the joint variant and KDA also take [B, T, H, K];
     initial_state: None (zeros) or [B, H, K, V]; scale: K**-0.5 if None.
 
 * ``recurrent_*`` loop over time, numbered steps following the equations above.
@@ -49,6 +51,7 @@ from .delta_chunk import chunk_key_decay, chunk_scalar_decay
 __all__ = [
     "recurrent_delta_rule", "recurrent_longhorn", "recurrent_delta_rule_joint",
     "chunk_delta_rule", "chunk_longhorn", "chunk_delta_rule_joint",
+    "recurrent_kda", "chunk_kda",
 ]
 
 
@@ -81,7 +84,7 @@ def _check_log_alpha(fn: str, log_alpha, B: int, T: int, H: int, K: int, per_key
         raise TypeError(f"{fn}: log_alpha must be None or a floating tensor {names}, got "
                         f"{getattr(log_alpha, 'dtype', type(log_alpha).__name__)}")
     if tuple(log_alpha.shape) not in allowed:
-        hint = "" if per_key else " (per-key decay [B, T, H, K] is only defined for the joint variant)"
+        hint = "" if per_key else " (per-key decay [B, T, H, K]: use the joint variant or KDA)"
         raise ValueError(f"{fn}: log_alpha must be None or {names} = {' or '.join(map(str, allowed))}, "
                          f"got {tuple(log_alpha.shape)}{hint}")
 
@@ -231,4 +234,28 @@ def chunk_delta_rule_joint(q, k, v, *, log_alpha=None, beta=None, scale=None,
         return _finish(*chunk_key_decay(*x, C, erase_reads_decayed=False), q.dtype, output_final_state)
     if x.log_alpha is not None:
         x = x._replace(beta=x.beta * (-x.log_alpha).exp(), v=x.v * x.log_alpha.exp()[..., None])
+    return _finish(*chunk_scalar_decay(*x, C), q.dtype, output_final_state)
+
+
+# --------------------------------------------------------------------------------------------
+# KDA: Gated DeltaNet with per-key decay (Kimi Delta Attention)
+# --------------------------------------------------------------------------------------------
+
+def recurrent_kda(q, k, v, *, log_alpha=None, beta=None, scale=None,
+                  initial_state=None, output_final_state=False):
+    """KDA token by token: S_t = (I − β_t k_t k_tᵀ) diag(α_t) S_{t−1} + β_t k_t v_tᵀ.
+
+    log_alpha: None, [B, T, H] (then exactly Gated DeltaNet) or [B, T, H, K].
+    """
+    x = _prepare("recurrent_kda", q, k, v, log_alpha, beta, scale, initial_state, per_key=True)
+    return _finish(*_delta_recurrence(x, joint=False), q.dtype, output_final_state)
+
+
+def chunk_kda(q, k, v, *, log_alpha=None, beta=None, scale=None,
+              initial_state=None, output_final_state=False, chunk_size=64):
+    """Chunkwise KDA; same semantics as ``recurrent_kda`` (per-key decay: ``chunk_key_decay``)."""
+    C = _check_chunk_size("chunk_kda", chunk_size)
+    x = _prepare("chunk_kda", q, k, v, log_alpha, beta, scale, initial_state, per_key=True)
+    if x.log_alpha is not None and x.log_alpha.dim() == 4:
+        return _finish(*chunk_key_decay(*x, C, erase_reads_decayed=True), q.dtype, output_final_state)
     return _finish(*chunk_scalar_decay(*x, C), q.dtype, output_final_state)

@@ -25,6 +25,7 @@ FAMILIES = {
     "gated_longhorn": (delta.recurrent_longhorn, delta.chunk_longhorn, "scalar"),
     "joint_scalar": (delta.recurrent_delta_rule_joint, delta.chunk_delta_rule_joint, "scalar"),
     "joint_key": (delta.recurrent_delta_rule_joint, delta.chunk_delta_rule_joint, "key"),
+    "kda": (delta.recurrent_kda, delta.chunk_kda, "key"),
 }
 # (T, chunk_size): C−1, C, C+1, 3C+5 with C = 16, and T = 65 with the default chunk size
 LENGTHS = [(1, 16), (15, 16), (16, 16), (17, 16), (53, 16), (65, 64)]
@@ -77,7 +78,7 @@ def test_chunk_matches_recurrent(family, T, C):
         assert_close(g_c[name], g_r[name], **EXACT, msg=lambda m: f"grad {name}: {m}")
 
 
-@pytest.mark.parametrize("family", ["gated_deltanet", "joint_scalar", "joint_key"])
+@pytest.mark.parametrize("family", ["gated_deltanet", "joint_scalar", "joint_key", "kda"])
 def test_strong_decay_is_stable(family):
     """log α ≈ −5 per token (and −20 for the per-key form: e^{−G} would overflow over a chunk of 64)."""
     rec, chunk, gate = FAMILIES[family]
@@ -255,6 +256,29 @@ def test_transformers_qwen3_next_gated_delta(kind):
     o32, S32 = run(delta.chunk_delta_rule, x32, chunk_size=16)
     assert_close(o32, o_ref)
     assert_close(S32, S_ref)
+
+
+@pytest.mark.parametrize("kind", ["chunk", "recurrent"])
+def test_transformers_kimi_delta_attention(kind):
+    """transformers kimi_linear KDA references (per-key decay, float32 inside, scale K**-0.5)."""
+    m = pytest.importorskip("transformers.models.kimi_linear.modeling_kimi_linear")
+    ref = getattr(m, f"{kind}_kimi_delta_attention")
+    ref = getattr(ref, "__wrapped__", ref)
+    x = make_inputs(53, "key", seed=15)
+    o64, S64 = run(delta.recurrent_kda, x)
+    x32 = {n: t.float() for n, t in x.items()}
+    kw = dict(chunk_size=16) if kind == "chunk" else {}
+    o_ref, S_ref = ref(x32["q"], x32["k"], x32["v"], x32["log_alpha"], x32["beta"],
+                       initial_state=x32["initial_state"], output_final_state=True, **kw)
+    assert_close(o_ref, o64.float())
+    assert_close(S_ref, S64.float())
+
+
+def test_kda_differs_from_joint_per_key():
+    x = make_inputs(20, "key", seed=16)
+    o_kda, _ = run(delta.chunk_kda, x, chunk_size=16)
+    o_joint, _ = run(delta.chunk_delta_rule_joint, x, chunk_size=16)
+    assert (o_kda - o_joint).abs().max() > 1e-2  # (I − βkkᵀ) diag(α) S ≠ (diag(α) − βkkᵀ) S
 
 
 def test_fla_naive_delta_rule():
