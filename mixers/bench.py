@@ -177,7 +177,9 @@ def _forms(spec) -> list[str]:
     return available_forms(spec)
 
 
-def bench_family(family: str, Ts, modes, *, B=1, H=4, K=64, V=64, peak: float, log=print) -> list[BenchRow]:
+def bench_family(family: str, Ts, modes, *, B=1, H=4, K=64, V=64, peak: float, log=print,
+                 only: tuple[str, ...] = ()) -> list[BenchRow]:
+    """Rows of one family; ``only`` keeps implementations whose name contains one of its strings."""
     spec = get_preset(family)
     rows = []
     for T in Ts:
@@ -185,6 +187,8 @@ def bench_family(family: str, Ts, modes, *, B=1, H=4, K=64, V=64, peak: float, l
         inputs = {n: t.detach() for n, t in case.tensors.items()}
         extra = {} if case.scale is None else {"scale": case.scale}
         for impl, fn in implementations(family, T).items():
+            if only and not any(o in impl for o in only):
+                continue
             for mode in modes:
                 reps = 1 if impl == "derived" or impl.startswith("recurrent") else 3
                 call = (lambda f: lambda q, k, v, **kw: f(q, k, v, **kw, **extra))(fn)
@@ -198,7 +202,8 @@ def bench_family(family: str, Ts, modes, *, B=1, H=4, K=64, V=64, peak: float, l
     return rows
 
 
-def run_bench(families=FAMILIES, Ts=(512, 2048, 8192), modes=("fwd", "fwdbwd"), log=print) -> list[dict]:
+def run_bench(families=FAMILIES, Ts=(512, 2048, 8192), modes=("fwd", "fwdbwd"), log=print,
+              only: tuple[str, ...] = ()) -> list[dict]:
     """All rows as dicts (JSON-ready); the first row is the matmul peak of this run."""
     torch.manual_seed(0)
     t0 = time.perf_counter()
@@ -207,7 +212,7 @@ def run_bench(families=FAMILIES, Ts=(512, 2048, 8192), modes=("fwd", "fwdbwd"), 
     log(f"fp32 matmul peak (2048², {torch.get_num_threads()} threads): {peak:.1f} GFLOP/s")
     rows: list[BenchRow] = [BenchRow("matmul", "torch.mm 2048x2048 (peak)", 0, "fwd", ms, peak, 0.0, None)]
     for fam in families:
-        rows += bench_family(fam, Ts, modes, peak=peak, log=log)
+        rows += bench_family(fam, Ts, modes, peak=peak, log=log, only=only)
     return [asdict(r) for r in rows]
 
 

@@ -19,6 +19,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="preset families (default: gated_deltanet mamba2 gla sca softmax)")
     m.add_argument("--seq-lens", nargs="+", type=int, default=[512, 2048, 8192], metavar="T")
     m.add_argument("--modes", nargs="+", choices=["fwd", "fwdbwd"], default=["fwd", "fwdbwd"])
+    m.add_argument("--impls", nargs="+", default=[], metavar="TEXT",
+                   help="only implementations whose name contains one of these (e.g. chunk transformers)")
     m.set_defaults(func=_mixers)
     from assocmem.models.bench import register_decode
 
@@ -28,7 +30,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _mixers(args: argparse.Namespace) -> int:
     from assocmem.mixers.bench import FAMILIES, ratio_table, run_bench
 
-    rows = run_bench(tuple(args.families or FAMILIES), tuple(args.seq_lens), tuple(args.modes))
+    rows = run_bench(tuple(args.families or FAMILIES), tuple(args.seq_lens), tuple(args.modes),
+                     only=tuple(args.impls))
     print("\nratios (same run):")
     for line in ratio_table(rows):
         print("  " + line)
