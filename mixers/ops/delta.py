@@ -1,4 +1,4 @@
-"""Delta-rule family: DeltaNet, Gated DeltaNet, Longhorn and the "joint" GD variant.
+"""Delta-rule family: DeltaNet, Gated DeltaNet, Longhorn, the "joint" GD variant and KDA.
 
 Per head the state is S ∈ R^{K×V}; the read-out comes after the write,
 o_t = S_tᵀ (scale · q_t) (REFERENCES.md §1). With α_t = exp(log_alpha_t):

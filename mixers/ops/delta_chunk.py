@@ -186,7 +186,7 @@ class _Carry(torch.autograd.Function):
 
 
 def _over_groups(group_fn, q, k, v, log_alpha, beta, state, scale: float, C: int):
-    """Run ``group_fn`` over consecutive groups of ⌈_GROUP_TOKENS / C⌉ chunks, carrying the state.
+    """Run ``group_fn`` over consecutive groups of max(1, _GROUP_TOKENS // C) chunks, carrying the state.
 
     The result is the same as one pass over all chunks (each chunk's algebra and the
     chunk-to-chunk recurrence are unchanged); groups only keep the [N, BH, C, ·]
