@@ -150,6 +150,16 @@ def test_gradcheck_chunk(family):
     assert torch.autograd.gradcheck(f, tuple(t.requires_grad_(True) for t in x.values()), fast_mode=True)
 
 
+@pytest.mark.parametrize("family", ["gated_deltanet", "joint_key"])
+def test_gradcheck_chunk_full_jacobian(family):
+    """Element-wise (slow-mode) gradcheck on the smallest shapes: three chunks of 2, the last one padded."""
+    _, chunk, gate = FAMILIES[family]
+    x = make_inputs(5, gate, seed=5, b=1, h=1, dk=2, dv=2)
+    names = list(x)
+    f = lambda *ts: chunk(**dict(zip(names, ts)), output_final_state=True, chunk_size=2)  # noqa: E731
+    assert torch.autograd.gradcheck(f, tuple(t.requires_grad_(True) for t in x.values()))
+
+
 def test_gradcheck_recurrent_joint_key():
     x = make_inputs(4, "key", seed=4, b=1, h=2, dk=3, dv=2)
     names = list(x)
