@@ -8,7 +8,15 @@ from assocmem.memories import (
 from assocmem.mixers import MixerSpec, get_preset, list_presets
 from assocmem.mixers.verify import make_case
 
-torch.set_default_dtype(torch.float64)
+
+
+@pytest.fixture(autouse=True)
+def float64_default():
+    """float64 by default inside this module only (a global default would leak into other tests)."""
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(old)
 
 
 def _call(step, case, **over):
