@@ -13,13 +13,7 @@ from assocmem.mixers.ops.attention import recurrent_softmax_attention, sdpa_soft
 F64 = dict(atol=1e-12, rtol=0)
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny float64 ops: one intra-op thread avoids a thread hand-off per small matmul."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/mixers/conftest.py
 
 
 def _fla_naive_attn():

@@ -20,13 +20,7 @@ F64 = dict(atol=1e-10, rtol=0)
 SMALL = dict(num_heads=2, head_dim=8)
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny float64 ops: one intra-op thread avoids a thread hand-off per small matmul."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/mixers/conftest.py
 
 
 def small(name: str, **layer) -> MixerSpec:
