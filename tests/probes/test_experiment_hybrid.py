@@ -27,7 +27,6 @@ def test_variants_are_valid_hybrids():
         attention_layers(4, 120)
 
 
-@pytest.mark.slow
 def test_tiny_experiment_end_to_end(tmp_path, capsys):
     from assocmem.training.cli import main
 
