@@ -1,4 +1,4 @@
-"""The hybrid experiment: layer placement, variants, and a tiny end-to-end run (slow)."""
+"""The hybrid experiment: layer placement, variants, and a tiny end-to-end run."""
 import json
 
 import pytest
