@@ -46,6 +46,7 @@ from typing import NamedTuple
 
 import torch
 
+from .contract import check_chunk_size, check_matrix_inputs
 from .delta_chunk import chunk_key_decay, chunk_scalar_decay
 
 __all__ = [
@@ -66,56 +67,12 @@ class _Inputs(NamedTuple):
     scale: float                    # read-out scale (K**-0.5 by default)
 
 
-def _check_tensor(name: str, x, rank: int) -> None:
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if not x.is_floating_point():
-        raise TypeError(f"{name} must have a floating dtype (float16/bfloat16/float32/float64), got {x.dtype}")
-    if x.dim() != rank:
-        raise ValueError(f"{name} must have rank {rank}, got shape {tuple(x.shape)}")
-
-
-def _check_log_alpha(fn: str, log_alpha, B: int, T: int, H: int, K: int, per_key: bool) -> None:
-    if log_alpha is None:
-        return
-    allowed = [(B, T, H)] + ([(B, T, H, K)] if per_key else [])
-    names = "[B, T, H]" + (" or [B, T, H, K]" if per_key else "")
-    if not isinstance(log_alpha, torch.Tensor) or not log_alpha.is_floating_point():
-        raise TypeError(f"{fn}: log_alpha must be None or a floating tensor {names}, got "
-                        f"{getattr(log_alpha, 'dtype', type(log_alpha).__name__)}")
-    if tuple(log_alpha.shape) not in allowed:
-        hint = "" if per_key else " (per-key decay [B, T, H, K]: use the joint variant or KDA)"
-        raise ValueError(f"{fn}: log_alpha must be None or {names} = {' or '.join(map(str, allowed))}, "
-                         f"got {tuple(log_alpha.shape)}{hint}")
-
-
 def _prepare(fn: str, q, k, v, log_alpha, beta, scale, initial_state, *, per_key: bool) -> _Inputs:
-    """Validate the op contract and return the inputs in the compute dtype."""
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        _check_tensor(name, x, 4)
+    """Validate the op contract (``contract.py``) and return the inputs in the compute dtype."""
+    cd = check_matrix_inputs(fn, q, k, v, log_alpha, beta, scale, initial_state, per_key=per_key,
+                             per_key_hint=" (per-key decay [B, T, H, K]: use the joint variant or KDA)")
     B, T, H, K = q.shape
     V = v.shape[-1]
-    if k.shape != q.shape:
-        raise ValueError(f"{fn}: k must have the shape of q [B, T, H, K] = {tuple(q.shape)}, got {tuple(k.shape)}")
-    if v.shape[:3] != q.shape[:3]:
-        raise ValueError(f"{fn}: v must be [B, T, H, V] with B, T, H = {(B, T, H)}, got {tuple(v.shape)}")
-    if not q.dtype == k.dtype == v.dtype:
-        raise TypeError(f"{fn}: q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    if T == 0:
-        raise ValueError(f"{fn}: q, k, v have T = 0 tokens; at least one is required")
-    _check_log_alpha(fn, log_alpha, B, T, H, K, per_key)
-    if beta is not None:
-        _check_tensor("beta", beta, 3)
-        if tuple(beta.shape) != (B, T, H):
-            raise ValueError(f"{fn}: beta must be None or [B, T, H] = {(B, T, H)}, got {tuple(beta.shape)}")
-    if initial_state is not None:
-        _check_tensor("initial_state", initial_state, 4)
-        if tuple(initial_state.shape) != (B, H, K, V):
-            raise ValueError(f"{fn}: initial_state must be [B, H, K, V] = {(B, H, K, V)}, "
-                             f"got {tuple(initial_state.shape)}")
-    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float))):
-        raise TypeError(f"{fn}: scale must be a number or None, got {type(scale).__name__}")
-    cd = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
     return _Inputs(
         q=q.to(cd), k=k.to(cd), v=v.to(cd),
         log_alpha=None if log_alpha is None else log_alpha.to(cd),
@@ -123,12 +80,6 @@ def _prepare(fn: str, q, k, v, log_alpha, beta, scale, initial_state, *, per_key
         state=q.new_zeros(B, H, K, V, dtype=cd) if initial_state is None else initial_state.to(cd),
         scale=K ** -0.5 if scale is None else float(scale),
     )
-
-
-def _check_chunk_size(fn: str, chunk_size) -> int:
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-        raise ValueError(f"{fn}: chunk_size must be a positive int, got {chunk_size!r}")
-    return chunk_size
 
 
 def _finish(o: torch.Tensor, S: torch.Tensor, dtype: torch.dtype, output_final_state: bool):
@@ -207,7 +158,7 @@ def chunk_delta_rule(q, k, v, *, log_alpha=None, beta=None, scale=None,
 
     T need not be a multiple of chunk_size (padded internally with α = 1, β = 0).
     """
-    C = _check_chunk_size("chunk_delta_rule", chunk_size)
+    C = check_chunk_size("chunk_delta_rule", chunk_size)
     x = _prepare("chunk_delta_rule", q, k, v, log_alpha, beta, scale, initial_state, per_key=False)
     return _finish(*chunk_scalar_decay(*x, C), q.dtype, output_final_state)
 
@@ -215,7 +166,7 @@ def chunk_delta_rule(q, k, v, *, log_alpha=None, beta=None, scale=None,
 def chunk_longhorn(q, k, v, *, log_alpha=None, beta=None, scale=None,
                    initial_state=None, output_final_state=False, chunk_size=64):
     """Chunkwise Longhorn: ``chunk_delta_rule`` with ε_t = β_t / (1 + β_t ‖k_t‖²)."""
-    C = _check_chunk_size("chunk_longhorn", chunk_size)
+    C = check_chunk_size("chunk_longhorn", chunk_size)
     x = _prepare("chunk_longhorn", q, k, v, log_alpha, beta, scale, initial_state, per_key=False)
     return _finish(*chunk_scalar_decay(*_longhorn_step_size(x), C), q.dtype, output_final_state)
 
@@ -228,7 +179,7 @@ def chunk_delta_rule_joint(q, k, v, *, log_alpha=None, beta=None, scale=None,
     gated delta rule (module docstring). Per-key decay: the diagonal-plus-rank-one
     chunk form ``chunk_key_decay`` with the erase reading S_{t−1}.
     """
-    C = _check_chunk_size("chunk_delta_rule_joint", chunk_size)
+    C = check_chunk_size("chunk_delta_rule_joint", chunk_size)
     x = _prepare("chunk_delta_rule_joint", q, k, v, log_alpha, beta, scale, initial_state, per_key=True)
     if x.log_alpha is not None and x.log_alpha.dim() == 4:
         return _finish(*chunk_key_decay(*x, C, erase_reads_decayed=False), q.dtype, output_final_state)
@@ -254,7 +205,7 @@ def recurrent_kda(q, k, v, *, log_alpha=None, beta=None, scale=None,
 def chunk_kda(q, k, v, *, log_alpha=None, beta=None, scale=None,
               initial_state=None, output_final_state=False, chunk_size=64):
     """Chunkwise KDA; same semantics as ``recurrent_kda`` (per-key decay: ``chunk_key_decay``)."""
-    C = _check_chunk_size("chunk_kda", chunk_size)
+    C = check_chunk_size("chunk_kda", chunk_size)
     x = _prepare("chunk_kda", q, k, v, log_alpha, beta, scale, initial_state, per_key=True)
     if x.log_alpha is not None and x.log_alpha.dim() == 4:
         return _finish(*chunk_key_decay(*x, C, erase_reads_decayed=True), q.dtype, output_final_state)

@@ -58,56 +58,14 @@ from __future__ import annotations
 
 import functools
 import math
-import numbers
 
 import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
+from .contract import check_chunk_size, check_matrix_inputs
+
 __all__ = ["recurrent_hebbian", "chunk_hebbian"]
-
-
-def _check_tensor(name: str, x, rank: int | tuple[int, ...]) -> None:
-    ranks = (rank,) if isinstance(rank, int) else rank
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if x.dim() not in ranks:
-        raise ValueError(f"{name} must have rank {' or '.join(map(str, ranks))}, got shape {tuple(x.shape)}")
-    if not x.is_floating_point():
-        raise TypeError(f"{name} must have a floating dtype (float16/bfloat16/float32/float64), got {x.dtype}")
-
-
-def _check_inputs(q, k, v, log_alpha, beta, scale, initial_state) -> torch.dtype:
-    """Validate the op contract; return the compute dtype (float32 for half inputs)."""
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        _check_tensor(name, x, 4)
-    B, T, H, K = q.shape
-    V = v.shape[-1]
-    if k.shape != q.shape:
-        raise ValueError(f"k must have the shape of q [B, T, H, K] = {tuple(q.shape)}, got {tuple(k.shape)}")
-    if v.shape[:3] != q.shape[:3]:
-        raise ValueError(f"v must be [B, T, H, V] with B, T, H = {(B, T, H)} as in q, got {tuple(v.shape)}")
-    if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    if T == 0:
-        raise ValueError("q, k, v have T = 0 tokens; at least one token is required")
-    if log_alpha is not None:
-        _check_tensor("log_alpha", log_alpha, (3, 4))
-        allowed = ((B, T, H), (B, T, H, K))
-        if tuple(log_alpha.shape) not in allowed:
-            raise ValueError(f"log_alpha must be [B, T, H] = {allowed[0]} (scalar decay) or [B, T, H, K] = "
-                             f"{allowed[1]} (per-key decay), got {tuple(log_alpha.shape)}")
-    if beta is not None:
-        _check_tensor("beta", beta, 3)
-        if tuple(beta.shape) != (B, T, H):
-            raise ValueError(f"beta must be [B, T, H] = {(B, T, H)}, got {tuple(beta.shape)}")
-    if initial_state is not None:
-        _check_tensor("initial_state", initial_state, 4)
-        if tuple(initial_state.shape) != (B, H, K, V):
-            raise ValueError(f"initial_state must be [B, H, K, V] = {(B, H, K, V)}, got {tuple(initial_state.shape)}")
-    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, numbers.Real)):
-        raise TypeError(f"scale must be a number or None, got {type(scale).__name__}")
-    return torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
 
 
 def recurrent_hebbian(q, k, v, *, log_alpha=None, beta=None, scale=None,
@@ -118,7 +76,7 @@ def recurrent_hebbian(q, k, v, *, log_alpha=None, beta=None, scale=None,
     beta: None or [B, T, H]; initial_state: None or [B, H, K, V]; scale: K**-0.5 if None.
     Returns o [B, T, H, V] (dtype of q) and S [B, H, K, V] if output_final_state else None.
     """
-    cd = _check_inputs(q, k, v, log_alpha, beta, scale, initial_state)
+    cd = check_matrix_inputs("recurrent_hebbian", q, k, v, log_alpha, beta, scale, initial_state, per_key=True)
     B, T, H, K = q.shape
     V = v.shape[-1]
     scale = K ** -0.5 if scale is None else scale
@@ -325,11 +283,8 @@ def chunk_hebbian(q, k, v, *, log_alpha=None, beta=None, scale=None,
     for the state carry; memory O(T·(C + K·V / C)) (no [T, T] tensor). Numerics: module docstring.
     Returns o [B, T, H, V] (dtype of q) and S [B, H, K, V] if output_final_state else None.
     """
-    cd = _check_inputs(q, k, v, log_alpha, beta, scale, initial_state)
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int):
-        raise TypeError(f"chunk_size must be a positive int, got {type(chunk_size).__name__} {chunk_size!r}")
-    if chunk_size <= 0:
-        raise ValueError(f"chunk_size must be a positive int, got {chunk_size}")
+    cd = check_matrix_inputs("chunk_hebbian", q, k, v, log_alpha, beta, scale, initial_state, per_key=True)
+    check_chunk_size("chunk_hebbian", chunk_size)
     B, T, H, K = q.shape
     V = v.shape[-1]
     scale = K ** -0.5 if scale is None else scale

@@ -1,0 +1,86 @@
+"""Input checks of the functional op contract for matrix-state ops (ARCHITECTURE.md).
+
+One checker for every op whose state is S ∈ R^{K×V} per head (hebbian and delta families):
+
+    q, k: [B, T, H, K]; v: [B, T, H, V]; beta: None or [B, T, H];
+    log_alpha: None, [B, T, H] (scalar decay) or, where the op allows it, [B, T, H, K];
+    initial_state: None or [B, H, K, V]; scale: None or a real number; chunk_size: a positive int.
+
+Errors name the op, the argument, the expected layout with the sizes read from q, and
+what was passed. Half inputs (bf16/fp16) compute in float32 (``compute_dtype``).
+"""
+from __future__ import annotations
+
+import numbers
+
+import torch
+
+__all__ = ["check_matrix_inputs", "check_chunk_size", "compute_dtype"]
+
+
+def _check_tensor(fn: str, name: str, x, rank: int) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{fn}: {name} must be a torch.Tensor, got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise TypeError(f"{fn}: {name} must have a floating dtype (float16/bfloat16/float32/float64), got {x.dtype}")
+    if x.dim() != rank:
+        raise ValueError(f"{fn}: {name} must have rank {rank}, got shape {tuple(x.shape)}")
+
+
+def _check_log_alpha(fn: str, log_alpha, B: int, T: int, H: int, K: int, per_key: bool, hint: str) -> None:
+    if log_alpha is None:
+        return
+    allowed = [(B, T, H)] + ([(B, T, H, K)] if per_key else [])
+    names = "[B, T, H]" + (" or [B, T, H, K]" if per_key else "")
+    if not isinstance(log_alpha, torch.Tensor) or not log_alpha.is_floating_point():
+        raise TypeError(f"{fn}: log_alpha must be None or a floating tensor {names}, got "
+                        f"{getattr(log_alpha, 'dtype', type(log_alpha).__name__)}")
+    if tuple(log_alpha.shape) not in allowed:
+        raise ValueError(f"{fn}: log_alpha must be None or {names} = {' or '.join(map(str, allowed))}, "
+                         f"got {tuple(log_alpha.shape)}{'' if per_key else hint}")
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """float32 for half inputs (state accumulation in float32), else the input dtype."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def check_matrix_inputs(fn: str, q, k, v, log_alpha, beta, scale, initial_state, *,
+                        per_key: bool, per_key_hint: str = "") -> torch.dtype:
+    """Validate the op contract for op ``fn``; return the compute dtype.
+
+    per_key: whether log_alpha may be [B, T, H, K]; per_key_hint is appended to the error
+    when a per-key gate reaches an op that takes only scalar decay (e.g. where to go instead).
+    """
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        _check_tensor(fn, name, x, 4)
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    if k.shape != q.shape:
+        raise ValueError(f"{fn}: k must have the shape of q [B, T, H, K] = {tuple(q.shape)}, got {tuple(k.shape)}")
+    if v.shape[:3] != q.shape[:3]:
+        raise ValueError(f"{fn}: v must be [B, T, H, V] with B, T, H = {(B, T, H)} as in q, got {tuple(v.shape)}")
+    if not q.dtype == k.dtype == v.dtype:
+        raise TypeError(f"{fn}: q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if T == 0:
+        raise ValueError(f"{fn}: q, k, v have T = 0 tokens; at least one is required")
+    _check_log_alpha(fn, log_alpha, B, T, H, K, per_key, per_key_hint)
+    if beta is not None:
+        _check_tensor(fn, "beta", beta, 3)
+        if tuple(beta.shape) != (B, T, H):
+            raise ValueError(f"{fn}: beta must be None or [B, T, H] = {(B, T, H)}, got {tuple(beta.shape)}")
+    if initial_state is not None:
+        _check_tensor(fn, "initial_state", initial_state, 4)
+        if tuple(initial_state.shape) != (B, H, K, V):
+            raise ValueError(f"{fn}: initial_state must be [B, H, K, V] = {(B, H, K, V)}, "
+                             f"got {tuple(initial_state.shape)}")
+    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, numbers.Real)):
+        raise TypeError(f"{fn}: scale must be a number or None, got {type(scale).__name__}")
+    return compute_dtype(q.dtype)
+
+
+def check_chunk_size(fn: str, chunk_size) -> int:
+    """chunk_size must be a positive int (not a bool); returns it."""
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"{fn}: chunk_size must be a positive int, got {chunk_size!r}")
+    return chunk_size
