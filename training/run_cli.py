@@ -18,8 +18,8 @@ def register(subparsers) -> None:
     """Add the ``train`` and ``eval`` subcommands (called by training/cli.py)."""
     p = subparsers.add_parser("train", help="train a model from a YAML TrainConfig",
                               description="Train a model from a YAML TrainConfig (see training/configs/).")
-    p.add_argument("config", help="YAML TrainConfig (or sweep) file, or the name of a bundled config "
-                   "(mqar_gdn_target, mqar_zoology_fig2, graph_walk_hybrid)")
+    shipped = ", ".join(sorted(c.stem for c in BUNDLED.glob("*.yaml")))
+    p.add_argument("config", help=f"YAML TrainConfig (or sweep) file, or the name of a bundled config ({shipped})")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a field, e.g. --set optim.lr=1e-3 --set model.hybrid.layers=gdn,attn (repeatable)")
     mode = p.add_mutually_exclusive_group()

@@ -42,3 +42,20 @@ def test_sweep_trains_skips_finished_runs_and_tabulates_the_best_lr(tmp_path, ca
                  for lr in ("lo", "hi")}
     best = max(summaries, key=summaries.get)
     assert table[0]["best"] == best and table[0]["accuracy"] == summaries[best]
+
+
+def test_every_bundled_config_validates():
+    """Each YAML in training/configs/ loads: sweeps expand to valid TrainConfigs, others validate."""
+    from assocmem.training.config import load_config
+    from assocmem.training.run_cli import BUNDLED
+    from assocmem.training.sweep import is_sweep
+
+    paths = sorted(BUNDLED.glob("*.yaml"))
+    assert {p.stem for p in paths} >= {"mqar_gdn_target", "mqar_zoology_fig2", "mqar_zoology_fig2_cpu",
+                                       "graph_walk_hybrid"}
+    for path in paths:
+        if is_sweep(path):
+            _, runs = load_sweep(path)
+            assert runs and len({cfg.name for _, cfg in runs}) == len(runs), path.name
+        else:
+            assert load_config(path).name, path.name
