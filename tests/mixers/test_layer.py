@@ -1,6 +1,7 @@
 """build_mixer and the generic recurrent Mixer: gates, conv, forms, decode state."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -74,6 +75,31 @@ def test_chunk_form_equals_recurrent_form(name):
     b, sb = _mixer(name, form="recurrent")(x)
     torch.testing.assert_close(a, b, **F64)
     torch.testing.assert_close(sa.memory, sb.memory, **F64)
+
+
+def test_chunk_size_follows_head_dim_unless_set():
+    """C = min(64, max(16, head_dim)) by default, layer.chunk_size when set; the result does not depend on C."""
+    assert [LayerOptions(head_dim=d).chunk_tokens for d in (8, 16, 32, 64, 128)] == [16, 16, 32, 64, 64]
+    assert LayerOptions(head_dim=64, chunk_size=8).chunk_tokens == 8
+    from assocmem.mixers.ops import delta
+
+    seen = []
+    real = delta.chunk_delta_rule
+
+    def spy(*args, chunk_size, **kw):
+        seen.append(chunk_size)
+        return real(*args, chunk_size=chunk_size, **kw)
+
+    x = torch.randn(2, 37, 32, dtype=torch.float64)
+    ys = []
+    for chunk_size in (None, 5):
+        m = _mixer("gated_deltanet", chunk_size=chunk_size)
+        m.form = dataclasses.replace(m.form, fn=spy)
+        ys.append(m(x)[0])
+    assert seen == [16, 5]  # head_dim 8 -> 16
+    torch.testing.assert_close(ys[0], ys[1], **F64)
+    with pytest.raises(ValueError, match="chunk_size"):
+        LayerOptions(chunk_size=0)
 
 
 def test_user_defined_scan_spec_decodes():
