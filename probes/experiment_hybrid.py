@@ -12,8 +12,12 @@ layer side by side, and a JSON summary.
 Attention placement for a fraction p of n layers: layer i is attention when
 floor((i+1)·p) > floor(i·p) (n = 4: 25 % → [3], 50 % → [1, 3], 75 % → [1, 2, 3]).
 
-    assocmem probe hybrid-experiment --out results/hybrid          # ~45 min on 2 CPU cores
-    assocmem probe hybrid-experiment --out /tmp/h --quick          # ~2 min smoke run
+    assocmem probe hybrid-experiment --out results/hybrid                  # one seed, ~15-20 min on 2 CPU cores
+    assocmem probe hybrid-experiment --out results/hybrid --seeds 0 1 2 3  # DIR/seed_<s>/ + hybrid_seeds.{md,json}
+    assocmem probe hybrid-experiment --out /tmp/h --quick                  # ~2 min smoke run
+
+With several seeds the headline number per model is the lowest energy ratio over layers at
+the full context (the layer whose class means follow the graph best), per seed and averaged.
 """
 from __future__ import annotations
 
@@ -203,6 +207,52 @@ def run_hybrid_experiment(cfg: HybridExperimentConfig, out: str | Path) -> dict:
     return summary
 
 
+def seed_summary(summaries: list[dict]) -> dict:
+    """Per model over seeds: lowest energy ratio over layers at full context (and its layer),
+    last-layer ratio and neighbour mass at full context. summaries: ``run_hybrid_experiment`` results."""
+    models: dict[str, dict] = {}
+    for summary in summaries:
+        seed = summary["config"]["seed"]
+        for m in summary["models"]:
+            h = m["headline"]
+            row = models.setdefault(m["label"], {"label": m["label"], "layers": m["layers"], "seeds": []})
+            row["seeds"].append({"seed": seed, "min_energy_ratio": h["min_energy_ratio_at_full_context"],
+                                 "min_energy_ratio_layer": h["min_energy_ratio_layer"],
+                                 "last_layer_energy_ratio": h["energy_ratio_last_layer"][-1],
+                                 "neighbour_mass": h["accuracy"][-1], "train_seconds": m["train_seconds"]})
+    for row in models.values():
+        for key in ("min_energy_ratio", "last_layer_energy_ratio", "neighbour_mass"):
+            row[f"mean_{key}"] = float(np.mean([r[key] for r in row["seeds"]]))
+    controls = [s["models"][0]["headline"]["control_energy_ratio"] for s in summaries]
+    return {"seeds": [s["config"]["seed"] for s in summaries], "models": list(models.values()),
+            "mean_control_energy_ratio": float(np.mean(controls))}
+
+
+def seed_table(agg: dict) -> str:
+    """Markdown: one row per model, lowest energy ratio per seed (layer) and the means."""
+    seeds = agg["seeds"]
+    rows = ["| model | layers | lowest energy ratio over layers at full context, per seed "
+            f"({', '.join(map(str, seeds))}) | mean | last-layer mean | neighbour mass mean |",
+            "|---|---|---|---|---|---|"]
+    for m in agg["models"]:
+        per_seed = " / ".join(f"{r['min_energy_ratio']:.2f} (L{r['min_energy_ratio_layer']})" for r in m["seeds"])
+        rows.append(f"| {m['label']} | {','.join(m['layers'])} | {per_seed} | **{m['mean_min_energy_ratio']:.2f}** | "
+                    f"{m['mean_last_layer_energy_ratio']:.2f} | {m['mean_neighbour_mass']:.2f} |")
+    rows.append(f"\n1 = geometry unrelated to the graph; control (random X + AX): "
+                f"{agg['mean_control_energy_ratio']:.2f}; L<i> = layer (0 = embeddings)")
+    return "\n".join(rows) + "\n"
+
+
+def run_seeds(cfg: HybridExperimentConfig, seeds: list[int], out: str | Path) -> dict:
+    """``run_hybrid_experiment`` once per seed into out/seed_<s>/, then hybrid_seeds.{md,json} in out."""
+    out = Path(out)
+    summaries = [run_hybrid_experiment(cfg.model_copy(update={"seed": s}), out / f"seed_{s}") for s in seeds]
+    agg = seed_summary(summaries)
+    (out / "hybrid_seeds.json").write_text(json.dumps(agg, indent=2))
+    (out / "hybrid_seeds.md").write_text(seed_table(agg))
+    return agg
+
+
 def register(sub, common) -> None:
     """``assocmem probe hybrid-experiment`` (called by probes/cli.py)."""
     h = sub.add_parser("hybrid-experiment", help="the thesis' hybrid experiment: train 0-100%% attention "
@@ -210,6 +260,9 @@ def register(sub, common) -> None:
     h.add_argument("--quick", action="store_true", help="smoke-sized run (minutes)")
     h.add_argument("--steps", type=int, default=None, help="override the optimizer steps per model")
     h.add_argument("--config", default=None, help="YAML/JSON file of HybridExperimentConfig fields")
+    h.add_argument("--seeds", type=int, nargs="+", default=None, metavar="S",
+                   help="run every seed into OUT/seed_<S>/ and write the per-seed table OUT/hybrid_seeds.md "
+                        "(replaces --seed)")
     common(h)
     h.set_defaults(func=_cli)
 
@@ -230,7 +283,9 @@ def _cli(args) -> int:
     except (FileExistsError, FileNotFoundError, ValueError) as err:
         print(f"assocmem probe hybrid-experiment: {err}", file=sys.stderr)
         return 2
-    summary = run_hybrid_experiment(cfg, out)
-    print(markdown_table(summary))
+    if args.seeds:
+        print(seed_table(run_seeds(cfg, args.seeds, out)))
+    else:
+        print(markdown_table(run_hybrid_experiment(cfg, out)))
     print(out)
     return 0

@@ -39,3 +39,22 @@ def test_tiny_experiment_end_to_end(tmp_path, capsys):
     assert [m["label"] for m in summary["models"]] == ["attn000", "attn100", "sca2to1"]
     assert (out / "hybrid_curves.png").is_file() and (out / "hybrid_pca.png").is_file()
     assert "| attn100 |" in (out / "hybrid_experiment.md").read_text()
+
+
+def test_seeds_run_into_subfolders_and_are_summarised(tmp_path):
+    from assocmem.training.cli import main
+
+    config = tmp_path / "tiny.yaml"
+    config.write_text("d_model: 16\nhead_dim: 8\nsteps: 2\nseq_len: 32\nnum_train: 16\nbatch_size: 4\n"
+                      "probe_walks: 2\nwindow: 8\nattention_percents: [100]\nsca_hybrid: false\n")
+    out = tmp_path / "out"
+    assert main(["probe", "hybrid-experiment", "--config", str(config), "--out", str(out), "--seeds", "3", "5"]) == 0
+    runs = [json.loads((out / f"seed_{s}" / "hybrid_experiment.json").read_text()) for s in (3, 5)]
+    assert [r["config"]["seed"] for r in runs] == [3, 5]
+    agg = json.loads((out / "hybrid_seeds.json").read_text())
+    assert agg["seeds"] == [3, 5]
+    (row,) = agg["models"]
+    lows = [r["models"][0]["headline"]["min_energy_ratio_at_full_context"] for r in runs]
+    assert [s["min_energy_ratio"] for s in row["seeds"]] == lows
+    assert row["mean_min_energy_ratio"] == pytest.approx(sum(lows) / 2, rel=1e-12)
+    assert "| attn100 |" in (out / "hybrid_seeds.md").read_text()
