@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 
@@ -21,6 +22,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--modes", nargs="+", choices=["fwd", "fwdbwd"], default=["fwd", "fwdbwd"])
     m.add_argument("--impls", nargs="+", default=[], metavar="TEXT",
                    help="only implementations whose name contains one of these (e.g. chunk transformers)")
+    m.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="torch intra-op threads for every implementation (default: torch's, all cores)")
     m.set_defaults(func=_mixers)
     from assocmem.models.bench import register_decode
 
@@ -28,8 +31,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _mixers(args: argparse.Namespace) -> int:
+    import torch
+
     from assocmem.mixers.bench import FAMILIES, ratio_table, run_bench
 
+    if args.threads is not None:
+        if args.threads < 1:
+            print(f"assocmem bench mixers: --threads must be >= 1, got {args.threads}", file=sys.stderr)
+            return 2
+        torch.set_num_threads(args.threads)
     rows = run_bench(tuple(args.families or FAMILIES), tuple(args.seq_lens), tuple(args.modes),
                      only=tuple(args.impls))
     print("\nratios (same run):")
