@@ -11,7 +11,7 @@ from pathlib import Path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("bench", help="benchmarks (mixer forms, decode latency)", description=__doc__)
+    p = sub.add_parser("bench", help="benchmarks (mixer forms, decode latency, training throughput)", description=__doc__)
     kinds = p.add_subparsers(dest="bench_kind", metavar="KIND")
     kinds.required = True
     m = kinds.add_parser("mixers", help="forms of each mixer family vs derived, recurrent and external peers")
@@ -27,7 +27,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     m.set_defaults(func=_mixers)
     from assocmem.models.bench import register_decode
 
+    from .bench_train import register_train
+
     register_decode(kinds)
+    register_train(kinds)
 
 
 def _mixers(args: argparse.Namespace) -> int:
