@@ -26,11 +26,10 @@ state). Work is batched over all chunks of a group (``_GROUP_TOKENS`` tokens,
 so the [N, BH, C, ·] intermediates stay cache-sized; the result does not depend
 on the grouping): K Kᵀ, Q Kᵀ, D, the triangular inverse T (``_unit_lower_inverse``:
 16×16 diagonal blocks by torch.linalg.solve_triangular, then block rows by
-batched matmuls) and U, W = T R are all-chunk batched matmuls. Only (3) runs
-per chunk, rewritten with (1) as S_[n+1] = M_n S_[n] + k_outᵀ U_n, M_n = diag(e^{G_C}) − k_outᵀ W_n
-(``_StateScan``: one [K, K] @ [K, V] product per chunk, with a hand-written backward);
-u = U − W S_[n] and (2)'s state term are batched matmuls against the stacked chunk-start
-states afterwards.
+batched matmuls) and U, W = T R are all-chunk batched matmuls. Only
+u = U − W S_[n] and (3) run per chunk (``_Carry``, two small matmuls, with a
+hand-written backward), and (2)'s state term is one batched matmul against the
+stacked chunk-start states afterwards.
 
 Numerics (log_alpha ≤ 0): every exponent evaluated is a difference
 G_later − G_earlier ≤ 0, so nothing overflows whatever the decay; a factor
@@ -135,52 +134,55 @@ class _UnitLowerSolve(torch.autograd.Function):
         return dA.view(T.shape).tril(-1).neg_(), dR1, dR2
 
 
-class _StateScan(torch.autograd.Function):
-    """The only sequential part, the chunk-to-chunk recurrence (eqs. 1, 3 with u_n = U_n − W_n S_[n]):
+class _Carry(torch.autograd.Function):
+    """Sequential part over chunks n = 0 … N−1 (eqs. 1, 3), with a hand-written backward:
 
-        S_[n+1] = a_n ⊙ S_[n] + k_nᵀ (U_n − W_n S_[n]) = M_n S_[n] + B_n,
-        M_n = diag(a_n) − k_nᵀ W_n  [K, K],   B_n = k_nᵀ U_n  [K, V]   (both batched over chunks before).
+        u_n = U_n − W_n S_[n],    S_[n+1] = a_n ⊙ S_[n] + k_nᵀ u_n.
 
-    One [K, K] @ [K, V] product per chunk forward and one backward (dS_n = ∂L/∂S_n|direct + M_nᵀ dS_{n+1});
-    the weight gradients dM_n = dS_{n+1} S_nᵀ, dB_n = dS_{n+1} are batched afterwards.
-    M: [N, BH, K, K]; B: [N, BH, K, V]; S0: [BH, K, V]. Returns the chunk-start states [N, BH, K, V]
-    (S_[0] … S_[N−1]) and the final state S_[N] [BH, K, V].
+    U: [N, BH, C, V]; W, k (= e^{G_C − G} ⊙ K): [N, BH, C, K]; a: None, [N, BH, 1, 1] or [N, BH, K, 1];
+    S0: [BH, K, V]. Returns the chunk-start states [N, BH, K, V], u [N, BH, C, V] and S_[N] [BH, K, V].
+    Only the recurrence runs per chunk (two small matmuls); the weight gradients are batched afterwards.
     """
 
     @staticmethod
-    def forward(ctx, M, B, S0):
-        N = M.shape[0]
-        states = S0.new_empty(N + 1, *S0.shape)  # (N+1, BH, K, V)
-        states[0] = S0
+    def forward(ctx, U, W, k, a, S0):
+        N = U.shape[0]
+        starts = S0.new_empty(N + 1, *S0.shape)  # (N+1, BH, K, V); starts[N] is the final state
+        u = U.clone(memory_format=torch.contiguous_format)  # (N, BH, C, V), becomes U − W S in place
+        starts[0] = S0
         for n in range(N):
-            torch.baddbmm(B[n], M[n], states[n], out=states[n + 1])  # S_[n+1] = M_n S_[n] + B_n
-        ctx.save_for_backward(M, states)
-        return states[:N], states[N]
+            u[n].baddbmm_(W[n], starts[n], alpha=-1)  # u_n = U_n − W_n S_n
+            if a is None:
+                starts[n + 1].copy_(starts[n])
+            else:
+                torch.mul(starts[n], a[n], out=starts[n + 1])
+            starts[n + 1].baddbmm_(k[n].mT, u[n])  # S_{n+1} = a_n S_n + k_nᵀ u_n
+        ctx.save_for_backward(W, k, a, starts, u)
+        return starts[:N], u, starts[N]
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx, d_starts, d_final):
-        M, states = ctx.saved_tensors
-        N = M.shape[0]
-        dS = torch.empty_like(states)  # dS[n] = total ∂L/∂S_[n], n = 0 … N
-        dS[N] = d_final
+    def backward(ctx, d_starts, d_u, d_final):
+        W, k, a, starts, u = ctx.saved_tensors
+        N = u.shape[0]
+        dS = torch.empty_like(starts)  # dS[n] = ∂L/∂S_n, n = 0 … N
+        dS[:N], dS[N] = d_starts, d_final
+        du = d_u.clone(memory_format=torch.contiguous_format)  # total ∂L/∂u_n (through the output and the state)
         for n in reversed(range(N)):
-            torch.baddbmm(d_starts[n], M[n].mT, dS[n + 1], out=dS[n])  # dS_n = ∂L/∂S_n + M_nᵀ dS_{n+1}
-        dS_next = dS[1:]  # (N, BH, K, V)
-        return dS_next @ states[:N].mT, dS_next, dS[0]  # dM (N, BH, K, K), dB (N, BH, K, V), dS0
-
-
-def _carry(U, W, k_out, a, S0):
-    """Chunk-start states and corrections u = U − W S_[n] for all chunks (eqs. 1, 3).
-
-    U: [N, BH, C, V]; W, k_out (= e^{G_C − G} ⊙ K): [N, BH, C, K]; a: None, [N, BH, 1, 1] or [N, BH, K, 1]
-    (the chunk's total decay); S0: [BH, K, V]. Returns starts [N, BH, K, V], u [N, BH, C, V], S_[N] [BH, K, V].
-    """
-    kT = k_out.mT  # (N, BH, K, C)
-    eye = torch.eye(kT.shape[-2], dtype=kT.dtype, device=kT.device)
-    M = (eye if a is None else a * eye) - kT @ W  # (N, BH, K, K): diag(a_n) − k_nᵀ W_n
-    starts, S = _StateScan.apply(M, kT @ U, S0)  # (N, BH, K, V), (BH, K, V)
-    return starts, U - W @ starts, S
+            du[n].baddbmm_(k[n], dS[n + 1])  # du_n += k_n dS_{n+1}
+            if a is None:
+                dS[n] += dS[n + 1]
+            else:
+                dS[n].addcmul_(dS[n + 1], a[n])
+            dS[n].baddbmm_(W[n].mT, du[n], alpha=-1)  # dS_n = a_n dS_{n+1} + ∂o/∂S_n − W_nᵀ du_n
+        S, dS_next = starts[:N], dS[1:]  # (N, BH, K, V): S_n and ∂L/∂S_{n+1}
+        dW = (du @ S.mT).neg_()  # (N, BH, C, K)
+        dk = u @ dS_next.mT  # (N, BH, C, K)
+        da = None
+        if a is not None:
+            da = (S * dS_next).sum(-1, keepdim=True)  # (N, BH, K, 1)
+            da = da if a.shape[-2] > 1 else da.sum(-2, keepdim=True)  # (N, BH, 1, 1) for a scalar decay
+        return du, dW, dk, da, dS[0]
 
 
 def _over_groups(group_fn, q, k, v, log_alpha, beta, state, scale: float, C: int):
@@ -235,7 +237,7 @@ def _scalar_decay_group(q, k, v, log_alpha, beta, S, scale: float, C: int):
     # 1. UT transform, all chunks at once: [U | W] = T [β ⊙ V | β e^{g} ⊙ K]
     U, W = _UnitLowerSolve.apply(A, v * beta, k_erase)  # (N, BH, C, V), (N, BH, C, K)
     # 2. sequential over chunks: u = U − W S_[n] and the state carry (eq. 3)
-    starts, u, S = _carry(U, W, k_out, a, S)
+    starts, u, S = _Carry.apply(U, W, k_out, a, S)
     # 3. read (eq. 2): scale · (P u) + (scale e^{g} ⊙ Q) S_[n]
     o = (P @ u).flatten(0, 1).baddbmm_(q_in.flatten(0, 1), starts.flatten(0, 1), beta=scale)  # (N*BH, C, V)
     return _unchunk(o.view(u.shape), B, T), S
@@ -300,7 +302,7 @@ def _key_decay_group(q, k, v, log_alpha, beta, S, scale: float, C: int, *, erase
     q_in = q * G.exp()  # (N, BH, C, K)
     k_out = k * (G[..., -1:, :] - G).exp()  # (N, BH, C, K)
     a = G[..., -1, :].exp()[..., None]  # (N, BH, K, 1)
-    starts, u, S = _carry(U, W, k_out, a, S)
+    starts, u, S = _Carry.apply(U, W, k_out, a, S)
     # 4. read (eq. 2)
     o = q_in @ starts + P @ u  # (N, BH, C, V)
     return _unchunk(o, B, T), S
