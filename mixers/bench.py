@@ -85,38 +85,47 @@ class _PeakRSS:
         self.mb = (self.peak - self.base) / 2**20
 
 
-def _run_once(fn: Callable, inputs: dict, mode: str, count_saved: bool) -> tuple[float, float, float | None]:
-    """(seconds, peak MB, saved-for-backward MB or None) of one call. torch.func (the
-    derivation) refuses saved-tensor hooks, so ``count_saved`` is off for it."""
+def _call(fn: Callable, inputs: dict, mode: str, pack=None) -> float:
+    """Seconds of one forward (no grad) or forward + backward call; ``pack`` hooks saved tensors."""
+    leaves = {n: (t.detach().requires_grad_(mode == "fwdbwd")) for n, t in inputs.items()}
+    q, k, v = leaves.pop("q"), leaves.pop("k"), leaves.pop("v")
+    t0 = time.perf_counter()
+    if mode == "fwd":
+        with torch.no_grad():
+            fn(q, k, v, **leaves)
+    else:
+        if pack is not None:
+            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+                o, _ = fn(q, k, v, **leaves)
+        else:
+            o, _ = fn(q, k, v, **leaves)
+        o.backward(torch.randn_like(o))  # a dense cotangent (a stride-0 one takes slow bmm paths)
+    return time.perf_counter() - t0
+
+
+def _memory(fn: Callable, inputs: dict, mode: str, count_saved: bool) -> tuple[float, float | None]:
+    """(peak RSS growth MB, saved-for-backward MB or None) of one call, with the RSS sampler running.
+    torch.func (the derivation) refuses saved-tensor hooks, so ``count_saved`` is off for it."""
     saved = [0]
 
     def pack(t):
         saved[0] += t.numel() * t.element_size()
         return t
 
-    leaves = {n: (t.detach().requires_grad_(mode == "fwdbwd")) for n, t in inputs.items()}
-    q, k, v = leaves.pop("q"), leaves.pop("k"), leaves.pop("v")
+    hook = pack if mode == "fwdbwd" and count_saved else None
     with _PeakRSS() as mem:
-        t0 = time.perf_counter()
-        if mode == "fwd":
-            with torch.no_grad():
-                fn(q, k, v, **leaves)
-        else:
-            if count_saved:
-                with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-                    o, _ = fn(q, k, v, **leaves)
-            else:
-                o, _ = fn(q, k, v, **leaves)
-            o.backward(torch.randn_like(o))  # a dense cotangent (a stride-0 one takes slow bmm paths)
-        dt = time.perf_counter() - t0
-    return dt, mem.mb, (saved[0] / 2**20 if mode == "fwdbwd" and count_saved else None)
+        _call(fn, inputs, mode, hook)
+    return mem.mb, (saved[0] / 2**20 if hook is not None else None)
 
 
 def measure(fn: Callable, inputs: dict, mode: str, repeats: int, count_saved: bool = True):
-    """Median milliseconds after one warm-up call, max peak MB, saved MB."""
-    _run_once(fn, inputs, mode, count_saved)
-    runs = [_run_once(fn, inputs, mode, count_saved) for _ in range(repeats)]
-    return (1e3 * statistics.median(r[0] for r in runs), max(r[1] for r in runs), runs[0][2])
+    """(median ms, peak MB, saved MB): ``repeats`` timed calls after one warm-up call, then one
+    more call for memory. The RSS sampler thread runs only during that last call, so it never
+    competes with the timed calls for the cores."""
+    _call(fn, inputs, mode)
+    ms = 1e3 * statistics.median(_call(fn, inputs, mode) for _ in range(repeats))
+    peak_mb, saved_mb = _memory(fn, inputs, mode, count_saved)
+    return ms, peak_mb, saved_mb
 
 
 def matmul_peak_gflops(n: int = 2048, repeats: int = 5) -> float:
@@ -190,7 +199,7 @@ def bench_family(family: str, Ts, modes, *, B=1, H=4, K=64, V=64, peak: float, l
             if only and not any(o in impl for o in only):
                 continue
             for mode in modes:
-                reps = 1 if impl == "derived" or impl.startswith("recurrent") else 3
+                reps = 1 if impl == "derived" or impl.startswith("recurrent") else 5
                 call = (lambda f: lambda q, k, v, **kw: f(q, k, v, **kw, **extra))(fn)
                 ms, peak_mb, saved = measure(call, inputs, mode, reps, count_saved=impl != "derived")
                 fl = chunk_flops(family, B, T, H, K, V) if impl in ("chunk", "sdpa") and mode == "fwd" else None
