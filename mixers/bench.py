@@ -119,13 +119,33 @@ def _memory(fn: Callable, inputs: dict, mode: str, count_saved: bool) -> tuple[f
 
 
 def measure(fn: Callable, inputs: dict, mode: str, repeats: int, count_saved: bool = True):
-    """(median ms, peak MB, saved MB): ``repeats`` timed calls after one warm-up call, then one
-    more call for memory. The RSS sampler thread runs only during that last call, so it never
-    competes with the timed calls for the cores."""
-    _call(fn, inputs, mode)
-    ms = 1e3 * statistics.median(_call(fn, inputs, mode) for _ in range(repeats))
-    peak_mb, saved_mb = _memory(fn, inputs, mode, count_saved)
-    return ms, peak_mb, saved_mb
+    """(median ms, peak MB, saved MB) of one implementation: see ``measure_round_robin``."""
+    return measure_round_robin({"fn": fn}, inputs, mode, repeats, {"fn": count_saved})["fn"]
+
+
+def measure_round_robin(fns: dict[str, Callable], inputs: dict, mode: str, repeats: int,
+                        count_saved: dict[str, bool] | None = None) -> dict[str, tuple[float, float, float | None]]:
+    """{name: (median ms, peak MB, saved MB)} with the timed calls interleaved.
+
+    1. One warm-up call of each implementation.
+    2. ``repeats`` rounds; each round times one call of every implementation in turn, so
+       implementations compared as a ratio see the same machine state (load, allocator
+       heap, caches) instead of whatever each saw minutes apart.
+    3. One more call each for memory: the RSS sampler thread runs only then, so it never
+       competes with the timed calls for the cores.
+    """
+    count_saved = count_saved or {}
+    for fn in fns.values():
+        _call(fn, inputs, mode)
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            times[name].append(_call(fn, inputs, mode))
+    out = {}
+    for name, fn in fns.items():
+        peak_mb, saved_mb = _memory(fn, inputs, mode, count_saved.get(name, True))
+        out[name] = (1e3 * statistics.median(times[name]), peak_mb, saved_mb)
+    return out
 
 
 def matmul_peak_gflops(n: int = 2048, repeats: int = 5) -> float:
@@ -186,22 +206,40 @@ def _forms(spec) -> list[str]:
     return available_forms(spec)
 
 
+FAST_REPEATS = 7
+
+
+def _is_reference(impl: str) -> bool:
+    """The slow references (one timed call each): the derivation and the hand-written recurrence."""
+    return impl == "derived" or impl.startswith("recurrent")
+
+
 def bench_family(family: str, Ts, modes, *, B=1, H=4, K=64, V=64, peak: float, log=print,
                  only: tuple[str, ...] = ()) -> list[BenchRow]:
-    """Rows of one family; ``only`` keeps implementations whose name contains one of its strings."""
+    """Rows of one family; ``only`` keeps implementations whose name contains one of its strings.
+
+    Per (T, mode): the fast forms and the external peers are timed round-robin
+    (``measure_round_robin``, FAST_REPEATS rounds) before the slow references run, so
+    the multi-GB references cannot leave the allocator in a different state for one
+    side of a ratio; the references get one timed call each.
+    """
     spec = get_preset(family)
     rows = []
     for T in Ts:
         case = make_case(spec, B=B, T=T, H=H, K=K, V=V, dtype=torch.float32, with_state=False)
         inputs = {n: t.detach() for n, t in case.tensors.items()}
         extra = {} if case.scale is None else {"scale": case.scale}
-        for impl, fn in implementations(family, T).items():
-            if only and not any(o in impl for o in only):
-                continue
-            for mode in modes:
-                reps = 1 if impl == "derived" or impl.startswith("recurrent") else 5
-                call = (lambda f: lambda q, k, v, **kw: f(q, k, v, **kw, **extra))(fn)
-                ms, peak_mb, saved = measure(call, inputs, mode, reps, count_saved=impl != "derived")
+        bind = lambda f: lambda q, k, v, **kw: f(q, k, v, **kw, **extra)  # noqa: E731
+        impls = {name: bind(fn) for name, fn in implementations(family, T).items()
+                 if not only or any(o in name for o in only)}
+        fast = {n: f for n, f in impls.items() if not _is_reference(n)}
+        refs = [n for n in impls if _is_reference(n)]
+        for mode in modes:
+            results = measure_round_robin(fast, inputs, mode, FAST_REPEATS) if fast else {}
+            for name in refs:
+                results[name] = measure(impls[name], inputs, mode, 1, count_saved=name != "derived")
+            for impl in impls:  # report in the order of ``implementations``
+                ms, peak_mb, saved = results[impl]
                 fl = chunk_flops(family, B, T, H, K, V) if impl in ("chunk", "sdpa") and mode == "fwd" else None
                 gf = None if fl is None else fl / (ms / 1e3) / 1e9
                 rows.append(BenchRow(family, impl, T, mode, ms, gf, peak_mb, saved))

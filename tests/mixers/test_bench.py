@@ -1,0 +1,42 @@
+"""`assocmem bench mixers` at toy sizes: row structure, JSON keys, ratio lines (no timing assertions)."""
+import json
+
+from assocmem.mixers.bench import measure_round_robin, ratio_table, run_bench
+from assocmem.mixers.verify import make_case
+from assocmem.mixers.presets import get_preset
+
+KEYS = {"family", "impl", "T", "mode", "ms", "gflops", "peak_mb", "saved_mb"}
+
+
+def test_rows_cover_every_form_and_mode_once():
+    rows = run_bench(families=("gla",), Ts=(64,), modes=("fwd", "fwdbwd"), log=lambda *_: None)
+    assert rows[0]["family"] == "matmul" and rows[0]["gflops"] > 0
+    body = rows[1:]
+    assert all(set(r) == KEYS for r in body)
+    json.dumps(rows)  # JSON-ready
+    seen = {(r["impl"], r["mode"]) for r in body}
+    assert len(seen) == len(body)  # one row per (impl, mode)
+    impls = {r["impl"] for r in body}
+    assert {"derived", "chunk"} <= impls and any(i.startswith("recurrent") for i in impls)
+    for r in body:
+        assert r["ms"] > 0
+        # GFLOP/s only for the chunk form's forward; saved bytes only for forward+backward (not the derivation)
+        assert (r["gflops"] is not None) == (r["impl"] == "chunk" and r["mode"] == "fwd")
+        assert (r["saved_mb"] is not None) == (r["mode"] == "fwdbwd" and r["impl"] != "derived")
+    lines = ratio_table(rows)
+    assert len(lines) == 2 * (len(impls) - 1)  # chunk against every other implementation, per mode
+    assert all("chunk is" in line for line in lines)
+
+
+def test_round_robin_times_every_implementation_and_counts_saved_bytes():
+    spec = get_preset("gla")
+    case = make_case(spec, B=1, T=32, H=2, K=8, V=8)
+    inputs = {n: t.detach() for n, t in case.tensors.items()}
+    from assocmem.mixers.lower import lower
+
+    fns = {"chunk": lower(spec, "chunk").fn, "again": lower(spec, "chunk").fn}
+    out = measure_round_robin(fns, inputs, "fwdbwd", repeats=2)
+    assert set(out) == {"chunk", "again"}
+    for ms, peak_mb, saved_mb in out.values():
+        assert ms > 0 and peak_mb >= 0 and saved_mb > 0
+    assert out["chunk"][2] == out["again"][2]  # the same function saves the same bytes
