@@ -275,3 +275,24 @@ def ratio_table(rows: list[dict]) -> list[str]:
             if (f2, T2, m2) == (fam, T, mode) and other != impl and other not in fast:
                 lines.append(f"{fam:15s} T={T:5d} {mode:6s} {impl} is {ms2 / ms:7.2f}x faster than {other}")
     return lines
+
+
+def markdown_table(rows: list[dict]) -> str:
+    """The rows as one markdown table: per (family, T, impl) the forward and forward+backward
+    milliseconds, the forward GFLOP/s with its share of the run's matmul peak, and the MB
+    saved for backward. Fast forms and peers are listed before the slow references."""
+    peak = next((r["gflops"] for r in rows if r["family"] == "matmul"), None)
+    cells: dict[tuple, dict] = {}
+    for r in rows:
+        if r["family"] != "matmul":
+            cells.setdefault((r["family"], r["T"], r["impl"]), {})[r["mode"]] = r
+    fmt = lambda r, key, f: "" if r is None or r.get(key) is None else f(r[key])  # noqa: E731
+    lines = ["| family | T | implementation | fwd ms | fwd+bwd ms | fwd GFLOP/s (% of peak) | saved for bwd MB |",
+             "|---|---|---|---|---|---|---|"]
+    order = {f: i for i, f in enumerate(dict.fromkeys(k[0] for k in cells))}
+    for fam, T, impl in sorted(cells, key=lambda k: (order[k[0]], k[1], _is_reference(k[2]))):
+        fwd, bwd = cells[(fam, T, impl)].get("fwd"), cells[(fam, T, impl)].get("fwdbwd")
+        gf = fmt(fwd, "gflops", lambda g: f"{g:.1f}" + (f" ({100 * g / peak:.1f}%)" if peak else ""))
+        lines.append(f"| {fam} | {T} | {impl} | {fmt(fwd, 'ms', '{:.2f}'.format)} | "
+                     f"{fmt(bwd, 'ms', '{:.2f}'.format)} | {gf} | {fmt(bwd, 'saved_mb', '{:.1f}'.format)} |")
+    return "\n".join(lines)

@@ -16,6 +16,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     kinds.required = True
     m = kinds.add_parser("mixers", help="forms of each mixer family vs derived, recurrent and external peers")
     m.add_argument("--json", type=Path, metavar="PATH", help="write the rows as a JSON list")
+    m.add_argument("--markdown", type=Path, metavar="PATH", help="write the rows as a markdown table")
     m.add_argument("--families", nargs="+", default=None, metavar="FAMILY",
                    help="preset families (default: gated_deltanet mamba2 gla sca softmax)")
     m.add_argument("--seq-lens", nargs="+", type=int, default=[512, 2048, 8192], metavar="T")
@@ -36,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _mixers(args: argparse.Namespace) -> int:
     import torch
 
-    from assocmem.mixers.bench import FAMILIES, ratio_table, run_bench
+    from assocmem.mixers.bench import FAMILIES, markdown_table, ratio_table, run_bench
 
     if args.threads is not None:
         if args.threads < 1:
@@ -51,4 +52,7 @@ def _mixers(args: argparse.Namespace) -> int:
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
         print(f"wrote {args.json}")
+    if args.markdown:
+        args.markdown.write_text(markdown_table(rows) + "\n")
+        print(f"wrote {args.markdown}")
     return 0

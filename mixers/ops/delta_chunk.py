@@ -22,7 +22,7 @@ transform T = (I + A)⁻¹ gives (REFERENCES.md §1)
 
 Scalar decay (one a_t per head) makes the pairwise factors one [C, C] matrix
 D_ts = e^{g_t − g_s} and A = diag(β) (K Kᵀ ⊙ D) (the erase reads the decayed
-state). Work is batched over all chunks of a group (``_GROUP_TOKENS`` tokens,
+state). Work is batched over all chunks of a group (``groups.GROUP_TOKENS`` tokens,
 so the [N, BH, C, ·] intermediates stay cache-sized; the result does not depend
 on the grouping): K Kᵀ, Q Kᵀ, D, the triangular inverse T (``_unit_lower_inverse``:
 16×16 diagonal blocks by torch.linalg.solve_triangular, then block rows by
@@ -50,10 +50,11 @@ import functools
 import torch
 import torch.nn.functional as F
 
+from . import groups
+
 __all__ = ["chunk_scalar_decay", "chunk_key_decay"]
 
 _BASE_BLOCK = 16  # triangular inverse: diagonal blocks inverted by torch.linalg.solve_triangular
-_GROUP_TOKENS = 1024  # chunks are processed in groups of about this many tokens (cache-sized intermediates)
 _SUB_CHUNK = 16  # per-key decay: largest sub-chunk (a divisor of chunk_size) with explicit [s, s, K] decays
 
 
@@ -186,23 +187,15 @@ class _Carry(torch.autograd.Function):
 
 
 def _over_groups(group_fn, q, k, v, log_alpha, beta, state, scale: float, C: int):
-    """Run ``group_fn`` over consecutive groups of max(1, _GROUP_TOKENS // C) chunks, carrying the state.
+    """Run ``group_fn`` over groups of whole chunks (``groups.over_groups``), carrying S [BH, K, V].
 
-    The result is the same as one pass over all chunks (each chunk's algebra and the
-    chunk-to-chunk recurrence are unchanged); groups only keep the [N, BH, C, ·]
-    intermediates small enough to stay in cache. Returns o [B, T, H, V], S [B, H, K, V].
+    Returns o [B, T, H, V] and the final state [B, H, K, V].
     """
     B, T, H, K = q.shape
-    step = C * max(1, _GROUP_TOKENS // C)
-    S = state.reshape(B * H, K, -1)  # (BH, K, V)
-    # split (not slice in a loop): its backward concatenates the groups' gradients once
-    gates = [None] * -(-T // step) if log_alpha is None else log_alpha.split(step, dim=1)
-    groups = zip(q.split(step, dim=1), k.split(step, dim=1), v.split(step, dim=1), gates, beta.split(step, dim=1))
-    outs = []
-    for q_g, k_g, v_g, la_g, beta_g in groups:
-        o, S = group_fn(q_g, k_g, v_g, la_g, beta_g, S, scale, C)
-        outs.append(o)  # (B, step, H, V)
-    return (torch.cat(outs, dim=1) if len(outs) > 1 else outs[0]), S.reshape(B, H, K, -1)
+    step = groups.group_step(C)
+    fn = lambda q_g, k_g, v_g, la_g, beta_g, S: group_fn(q_g, k_g, v_g, la_g, beta_g, S, scale, C)  # noqa: E731
+    o, S = groups.over_groups(fn, (q, k, v, log_alpha, beta), state.reshape(B * H, K, -1), step)
+    return o, S.reshape(B, H, K, -1)
 
 
 def chunk_scalar_decay(q, k, v, log_alpha, beta, state, scale: float, C: int):

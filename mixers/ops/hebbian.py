@@ -27,7 +27,7 @@ Two forms with the same contract:
 
 Numerics of ``chunk_hebbian`` (α ∈ (0, 1], i.e. finite log_alpha ≤ 0). Every exponent
 it evaluates is ≤ 0 except the factor e^{−g} of the factorised path below. The
-intra-chunk weights e^{g_i − g_j} have two exact paths, chosen per call by
+intra-chunk weights e^{g_i − g_j} have two exact paths, chosen per group of chunks by
 ``_factorizable`` from the size of the decay (a documented numeric rule, never from T):
 
 * factorised, when every |g| ≤ log(dtype max) / 4 (22 in float32, 177 in float64):
@@ -63,6 +63,7 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
+from . import groups
 from .contract import check_chunk_size, check_matrix_inputs
 
 __all__ = ["recurrent_hebbian", "chunk_hebbian"]
@@ -280,7 +281,9 @@ def chunk_hebbian(q, k, v, *, log_alpha=None, beta=None, scale=None,
     Per chunk n with cumulative log decay g from the chunk start:
         O_[n] = scale · ((Q ⊙ e^{g}) S_[n] + (Q Kᵀ ⊙ D) V),   S_[n+1] = e^{g_C} S_[n] + (K ⊙ e^{g_C − g})ᵀ V.
     Cost O(T·C·(K + V)) flops in batched matmuls plus a python loop over T / C chunks
-    for the state carry; memory O(T·(C + K·V / C)) (no [T, T] tensor). Numerics: module docstring.
+    for the state carry; memory O(T·(C + K·V / C)) (no [T, T] tensor). Long sequences run
+    in groups of whole chunks (``groups.py``: cache-sized intermediates, same result).
+    Numerics: module docstring.
     Returns o [B, T, H, V] (dtype of q) and S [B, H, K, V] if output_final_state else None.
     """
     cd = check_matrix_inputs("chunk_hebbian", q, k, v, log_alpha, beta, scale, initial_state, per_key=True)
@@ -288,11 +291,16 @@ def chunk_hebbian(q, k, v, *, log_alpha=None, beta=None, scale=None,
     B, T, H, K = q.shape
     V = v.shape[-1]
     scale = K ** -0.5 if scale is None else scale
-    qc, kc = _chunked(q, chunk_size, cd, copy=False), _chunked(k, chunk_size, cd, copy=False)  # views
-    vc = _chunked(v, chunk_size, cd)  # (B, H, N, C, V)
-    bc = None if beta is None else _chunked(beta, chunk_size, cd)[..., None]  # (B, H, N, C, 1)
-    la = None if log_alpha is None else _chunked(log_alpha, chunk_size, cd)  # (B, H, N, C[, K])
-    S0 = vc.new_zeros(B, H, K, V) if initial_state is None else initial_state.to(cd)
-    o, S = _chunks_forward(qc, kc, vc, bc, la, S0, scale)  # (B, H, N, C, V)
-    o = o.movedim(1, 3).reshape(B, -1, H, V)[:, :T].contiguous()  # (B, T, H, V)
-    return o.to(v.dtype), (S if output_final_state else None)
+    S0 = q.new_zeros(B, H, K, V, dtype=cd) if initial_state is None else initial_state.to(cd)
+
+    def group(q, k, v, log_alpha, beta, S):  # one group of whole chunks (groups.py), t tokens
+        C, t = chunk_size, q.shape[1]
+        qc, kc = _chunked(q, C, cd, copy=False), _chunked(k, C, cd, copy=False)  # views
+        vc = _chunked(v, C, cd)  # (B, H, N, C, V)
+        bc = None if beta is None else _chunked(beta, C, cd)[..., None]  # (B, H, N, C, 1)
+        la = None if log_alpha is None else _chunked(log_alpha, C, cd)  # (B, H, N, C[, K])
+        o, S = _chunks_forward(qc, kc, vc, bc, la, S, scale)  # (B, H, N, C, V)
+        return o.movedim(1, 3).reshape(B, -1, H, V)[:, :t], S  # (B, t, H, V)
+
+    o, S = groups.over_groups(group, (q, k, v, log_alpha, beta), S0, groups.group_step(chunk_size))
+    return o.contiguous().to(v.dtype), (S if output_final_state else None)

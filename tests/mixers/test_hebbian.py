@@ -70,6 +70,26 @@ def test_chunk_matches_recurrent(T, decay, beta, C):
         assert_close(a, b, **EXACT)
 
 
+@pytest.mark.parametrize("decay", ["none", "scalar", "key"])
+def test_chunk_groups_match_recurrent(decay, monkeypatch):
+    """Long sequences run in groups of ~GROUP_TOKENS tokens: several groups (one ragged) and a
+    decay that is mild in one group and strong in another (each group picks its own exact
+    intra-chunk path) equal the recurrence, outputs, state and gradients."""
+    from assocmem.mixers.ops import groups
+    monkeypatch.setattr(groups, "GROUP_TOKENS", 40)  # C = 16: groups of 2 chunks = 32 tokens
+    x = make_inputs(83, decay)
+    if decay != "none":
+        x["log_alpha"][:, 32:64] *= 60.0  # the second group only: strong decay, explicit path
+        g = x["log_alpha"].cumsum(1)
+        assert _factorizable(g[:, :16]) and not _factorizable(g[:, 32:48] - g[:, 31:32])
+    o_r, S_r, g_r = outputs_and_grads(recurrent_hebbian, x)
+    o_c, S_c, g_c = outputs_and_grads(chunk_hebbian, x, chunk_size=16)
+    assert_close(o_c, o_r, **EXACT)
+    assert_close(S_c, S_r, **EXACT)
+    for a, b in zip(g_c, g_r):
+        assert_close(a, b, **EXACT)
+
+
 @pytest.mark.parametrize("decay", DECAYS)
 @pytest.mark.parametrize("form", [recurrent_hebbian, chunk_hebbian], ids=["recurrent", "chunk"])
 def test_state_passing(form, decay):

@@ -1,7 +1,7 @@
 """`assocmem bench mixers` at toy sizes: row structure, JSON keys, ratio lines (no timing assertions)."""
 import json
 
-from assocmem.mixers.bench import measure_round_robin, ratio_table, run_bench
+from assocmem.mixers.bench import markdown_table, measure_round_robin, ratio_table, run_bench
 from assocmem.mixers.verify import make_case
 from assocmem.mixers.presets import get_preset
 
@@ -26,6 +26,11 @@ def test_rows_cover_every_form_and_mode_once():
     lines = ratio_table(rows)
     assert len(lines) == 2 * (len(impls) - 1)  # chunk against every other implementation, per mode
     assert all("chunk is" in line for line in lines)
+    table = markdown_table(rows).splitlines()
+    assert len(table) == 2 + len(impls)  # header, rule, one line per implementation (both modes)
+    chunk = next(line for line in table if "| chunk |" in line).split("|")
+    assert chunk[1].strip() == "gla" and chunk[2].strip() == "64" and "%" in chunk[6]
+    assert table[2].split("|")[3].strip() == "chunk"  # fast forms before the references
 
 
 def test_round_robin_times_every_implementation_and_counts_saved_bytes():

@@ -1,0 +1,47 @@
+"""Chunkwise forms run over consecutive groups of chunks, carrying the state between groups.
+
+A chunk form batches its work over all N chunks at once: [N, ·, C, ·] intermediates
+(C×C weight matrices, decayed keys and queries). Over a long sequence these outgrow the
+CPU caches, and every batched op then streams them through memory. Running the form on
+groups of about ``GROUP_TOKENS`` tokens (whole chunks), passing the final state of one
+group as the initial state of the next, keeps them cache-sized. The result is the same
+as one pass (the chunk algebra and the chunk-to-chunk recurrence are unchanged; float64
+results agree to rounding), the backward is autograd's through the carried state.
+
+Measured (B=1, H=4, K=V=64, fp32, 2 threads, T=8192 forward, hebbian chunk with scalar
+decay): mild decay (factorised path) 28 ms in one pass, 17.5 ms in groups of 1024 tokens
+(512 and 2048 tokens within 7 % of that); the bench's Mamba2 case (strong decay, explicit
+path) 22.7 → 21.3 ms.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import torch
+
+__all__ = ["GROUP_TOKENS", "group_step", "over_groups"]
+
+GROUP_TOKENS = 1024  # about this many tokens per group, rounded down to whole chunks (at least one)
+
+
+def group_step(chunk_size: int) -> int:
+    """Tokens per group: the largest multiple of ``chunk_size`` ≤ GROUP_TOKENS, at least one chunk."""
+    return chunk_size * max(1, GROUP_TOKENS // chunk_size)
+
+
+def over_groups(group_fn: Callable, xs: tuple[Optional[torch.Tensor], ...], state, step: int):
+    """Apply ``group_fn(*xs_g, state) -> (o_g, state)`` to consecutive groups of ``step`` tokens.
+
+    xs: tensors [B, T, ...] (time on dim 1) or None (passed through as None for every group);
+    state: whatever ``group_fn`` carries (None allowed for the first group).
+    Returns o [B, T, ...] (the groups' outputs concatenated on dim 1) and the last state.
+    The inputs are cut with ``split`` (views), whose backward concatenates the gradients once.
+    """
+    T = next(x for x in xs if x is not None).shape[1]
+    n = -(-T // step)
+    parts = [x.split(step, dim=1) if x is not None else (None,) * n for x in xs]
+    outs = []
+    for group in zip(*parts):
+        o, state = group_fn(*group, state)
+        outs.append(o)
+    return (torch.cat(outs, dim=1) if len(outs) > 1 else outs[0]), state
