@@ -191,7 +191,7 @@ def _over_groups(group_fn, q, k, v, log_alpha, beta, state, scale: float, C: int
 
     Returns o [B, T, H, V] and the final state [B, H, K, V].
     """
-    B, T, H, K = q.shape
+    B, _, H, K = q.shape
     step = groups.group_step(C)
     fn = lambda q_g, k_g, v_g, la_g, beta_g, S: group_fn(q_g, k_g, v_g, la_g, beta_g, S, scale, C)  # noqa: E731
     o, S = groups.over_groups(fn, (q, k, v, log_alpha, beta), state.reshape(B * H, K, -1), step)
