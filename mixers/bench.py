@@ -123,28 +123,35 @@ def measure(fn: Callable, inputs: dict, mode: str, repeats: int, count_saved: bo
     return measure_round_robin({"fn": fn}, inputs, mode, repeats, {"fn": count_saved})["fn"]
 
 
+def time_round_robin(calls: dict[str, Callable[[], float]], rounds: int, warmup: int = 1) -> dict[str, float]:
+    """{name: median seconds} of calls that each time themselves and return seconds.
+
+    1. ``warmup`` untimed calls of each.
+    2. ``rounds`` rounds; each round makes one call of every entry in turn, so entries
+       compared as a ratio see the same machine state (load, allocator heap, caches)
+       instead of whatever each saw minutes apart.
+    """
+    for call in calls.values():
+        for _ in range(warmup):
+            call()
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(rounds):
+        for name, call in calls.items():
+            times[name].append(call())
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
 def measure_round_robin(fns: dict[str, Callable], inputs: dict, mode: str, repeats: int,
                         count_saved: dict[str, bool] | None = None) -> dict[str, tuple[float, float, float | None]]:
-    """{name: (median ms, peak MB, saved MB)} with the timed calls interleaved.
-
-    1. One warm-up call of each implementation.
-    2. ``repeats`` rounds; each round times one call of every implementation in turn, so
-       implementations compared as a ratio see the same machine state (load, allocator
-       heap, caches) instead of whatever each saw minutes apart.
-    3. One more call each for memory: the RSS sampler thread runs only then, so it never
-       competes with the timed calls for the cores.
-    """
+    """{name: (median ms, peak MB, saved MB)}: the calls timed by ``time_round_robin`` (one
+    warm-up, ``repeats`` rounds), then one more call each for memory. The RSS sampler thread
+    runs only then, so it never competes with the timed calls for the cores."""
     count_saved = count_saved or {}
-    for fn in fns.values():
-        _call(fn, inputs, mode)
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            times[name].append(_call(fn, inputs, mode))
+    secs = time_round_robin({n: (lambda f=fn: _call(f, inputs, mode)) for n, fn in fns.items()}, repeats)
     out = {}
     for name, fn in fns.items():
         peak_mb, saved_mb = _memory(fn, inputs, mode, count_saved.get(name, True))
-        out[name] = (1e3 * statistics.median(times[name]), peak_mb, saved_mb)
+        out[name] = (1e3 * secs[name], peak_mb, saved_mb)
     return out
 
 

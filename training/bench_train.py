@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -52,17 +51,11 @@ def _trainer(layers: str, args: argparse.Namespace):
 
 def run_train_bench(args: argparse.Namespace, log=print) -> list[dict]:
     """One row per mixer: median step seconds and tokens/s (all mixers timed in turn)."""
-    steppers = {m: _trainer(m, args) for m in args.mixers}
-    for m, step in steppers.items():
-        for _ in range(args.warmup):
-            step()
-    times: dict[str, list[float]] = {m: [] for m in steppers}
-    for _ in range(args.steps):
-        for m, step in steppers.items():
-            times[m].append(step())
+    from assocmem.mixers.bench import time_round_robin
+
+    medians = time_round_robin({m: _trainer(m, args) for m in args.mixers}, args.steps, warmup=args.warmup)
     rows = []
-    for m, ts in times.items():
-        med = statistics.median(ts)
+    for m, med in medians.items():
         rows.append({"mixer": m, "median_step_s": med, "tokens_per_s": args.batch * args.seq_len / med})
         log(f"  {m:8s} {1e3 * med:9.1f} ms/step  {rows[-1]['tokens_per_s']:10,.0f} tokens/s")
     return rows

@@ -1,7 +1,7 @@
 """`assocmem bench mixers` at toy sizes: row structure, JSON keys, ratio lines (no timing assertions)."""
 import json
 
-from assocmem.mixers.bench import markdown_table, measure_round_robin, ratio_table, run_bench
+from assocmem.mixers.bench import markdown_table, measure_round_robin, ratio_table, run_bench, time_round_robin
 from assocmem.mixers.verify import make_case
 from assocmem.mixers.presets import get_preset
 
@@ -39,9 +39,23 @@ def test_round_robin_times_every_implementation_and_counts_saved_bytes():
     inputs = {n: t.detach() for n, t in case.tensors.items()}
     from assocmem.mixers.lower import lower
 
-    fns = {"chunk": lower(spec, "chunk").fn, "again": lower(spec, "chunk").fn}
-    out = measure_round_robin(fns, inputs, "fwdbwd", repeats=2)
-    assert set(out) == {"chunk", "again"}
-    for ms, peak_mb, saved_mb in out.values():
-        assert ms > 0 and peak_mb >= 0 and saved_mb > 0
-    assert out["chunk"][2] == out["again"][2]  # the same function saves the same bytes
+    fns = {"chunk": lower(spec, "chunk").fn, "uncounted": lower(spec, "chunk").fn}
+    out = measure_round_robin(fns, inputs, "fwdbwd", repeats=2, count_saved={"uncounted": False})
+    assert set(out) == {"chunk", "uncounted"}
+    for ms, peak_mb, _ in out.values():
+        assert ms > 0 and peak_mb >= 0
+    assert out["chunk"][2] > 0 and out["uncounted"][2] is None
+
+
+def test_time_round_robin_interleaves_calls():
+    order = []
+
+    def call(name):
+        def f():
+            order.append(name)
+            return {"a": 1.0, "b": 3.0}[name] + len(order) * 1e-3
+        return f
+
+    med = time_round_robin({"a": call("a"), "b": call("b")}, rounds=3, warmup=2)
+    assert order == ["a", "a", "b", "b"] + ["a", "b"] * 3  # warm-ups, then one call of each per round
+    assert med == {"a": 1.0 + 7e-3, "b": 3.0 + 8e-3}  # medians of the three timed calls
