@@ -88,6 +88,10 @@ def _train_bench(args: argparse.Namespace) -> int:
             print(f"assocmem bench train: --{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}",
                   file=sys.stderr)
             return 2
+    if args.vocab <= args.seq_len:
+        print(f"assocmem bench train: --vocab must exceed --seq-len (Zoology's MQAR draws keys and values "
+              f"from the vocabulary), got --vocab {args.vocab} and --seq-len {args.seq_len}", file=sys.stderr)
+        return 2
     torch.set_num_threads(args.threads)
     print(f"training throughput: d_model {args.d_model}, {args.n_layers} layers, L={args.seq_len}, "
           f"batch {args.batch}, {args.threads} thread(s)")

@@ -35,3 +35,4 @@ def test_bench_train_runs_and_writes_json(tmp_path):
     assert [r["mixer"] for r in rows] == ["attn", "gdn"]
     assert all(r["tokens_per_s"] > 0 and r["median_step_s"] > 0 for r in rows)
     assert main(["bench", "train", "--batch", "0"]) == 2
+    assert main(["bench", "train", "--vocab", "256", "--seq-len", "256"]) == 2
