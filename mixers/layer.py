@@ -161,7 +161,7 @@ class Mixer(nn.Module):
             q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
         step = state is not None and T == 1
         fn = self.step_form.fn if step else self.form.fn
-        chunk = {"chunk_size": self.spec.layer.chunk_tokens} if self.form.name == "chunk" and not step else {}
+        chunk = {"chunk_size": self.spec.layer.chunk_size} if self.form.name == "chunk" and not step else {}
         o, memory = fn(q, k, v, **self.gates(x), scale=self.spec.layer.scale, **chunk,
                        initial_state=None if state is None else state.memory, output_final_state=return_state)
         y = self.o_proj(self._output(o, v, x).reshape(B, T, self.H * self.V))

@@ -52,8 +52,8 @@ class LayerOptions(BaseModel):
     short_conv: bool = Field(True, description="causal depthwise conv on q, k, v (+SiLU), carried in the decode state")
     conv_size: int = Field(4, gt=0, description="short conv width")
     chunk_size: int | None = Field(
-        None, gt=0, description="tokens per chunk of the chunk forms; None → min(64, max(16, head_dim)): narrow "
-        "heads get short chunks, since the [C, C] intra-chunk terms outweigh the [K, V] state there")
+        None, gt=0, description="tokens per chunk of the chunk forms; None → the op's default for its family "
+        "(hebbian: min(64, max(16, head_dim)); delta: min(64, max(16, head_dim // 2)), measured on CPU)")
     lr_gate: Literal["none", "sigmoid", "dt"] = Field(
         "none", description="β_t: none → 1, sigmoid → σ(x W_b), dt → Mamba2's Δ = softplus(x W + dt_bias)")
     output_norm: Literal["none", "rmsnorm", "gated_rmsnorm"] = Field(
@@ -72,11 +72,6 @@ class LayerOptions(BaseModel):
     @property
     def value_dim(self) -> int:
         return int(self.head_dim * self.expand_v)
-
-    @property
-    def chunk_tokens(self) -> int:
-        """C of the chunk forms: ``chunk_size``, or min(64, max(16, head_dim)) when it is None."""
-        return self.chunk_size if self.chunk_size is not None else min(64, max(16, self.head_dim))
 
 
 class MixerSpec(BaseModel):

@@ -4,7 +4,7 @@ One checker for every op whose state is S ∈ R^{K×V} per head (hebbian and del
 
     q, k: [B, T, H, K]; v: [B, T, H, V]; beta: None or [B, T, H];
     log_alpha: None, [B, T, H] (scalar decay) or, where the op allows it, [B, T, H, K];
-    initial_state: None or [B, H, K, V]; scale: None or a real number; chunk_size: a positive int.
+    initial_state: None or [B, H, K, V]; scale: None or a real number; chunk_size: None (the op's default) or a positive int.
 
 Errors name the op, the argument, the expected layout with the sizes read from q, and
 what was passed. Half inputs (bf16/fp16) compute in float32 (``compute_dtype``).
@@ -79,8 +79,10 @@ def check_matrix_inputs(fn: str, q, k, v, log_alpha, beta, scale, initial_state,
     return compute_dtype(q.dtype)
 
 
-def check_chunk_size(fn: str, chunk_size) -> int:
-    """chunk_size must be a positive int (not a bool); returns it."""
+def check_chunk_size(fn: str, chunk_size, default: int) -> int:
+    """chunk_size must be None (then ``default``, the op's own choice) or a positive int (not a bool)."""
+    if chunk_size is None:
+        return default
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-        raise ValueError(f"{fn}: chunk_size must be a positive int, got {chunk_size!r}")
+        raise ValueError(f"{fn}: chunk_size must be None (the op's default) or a positive int, got {chunk_size!r}")
     return chunk_size

@@ -28,10 +28,11 @@ form in ``delta_chunk.py``.
 Forms, one contract (ARCHITECTURE.md, "Functional op contract"):
 
     o, S = <form>(q, k, v, *, log_alpha=None, beta=None, scale=None,
-                  initial_state=None, output_final_state=False[, chunk_size=64])
+                  initial_state=None, output_final_state=False[, chunk_size=None])
     q, k: [B, T, H, K]; v: [B, T, H, V]; beta: None (= 1) or [B, T, H];
     log_alpha: None (α = 1) or [B, T, H]; the joint variant and KDA also take [B, T, H, K];
-    initial_state: None (zeros) or [B, H, K, V]; scale: K**-0.5 if None.
+    initial_state: None (zeros) or [B, H, K, V]; scale: K**-0.5 if None;
+    chunk_size: None → ``delta_chunk.default_chunk_size(K)`` (32 at K = 64).
 
 * ``recurrent_*`` loop over time, numbered steps following the equations above.
 * ``chunk_*`` use the WY/UT representation (``delta_chunk.py``).
@@ -47,7 +48,7 @@ from typing import NamedTuple
 import torch
 
 from .contract import check_chunk_size, check_matrix_inputs
-from .delta_chunk import chunk_key_decay, chunk_scalar_decay
+from .delta_chunk import chunk_key_decay, chunk_scalar_decay, default_chunk_size
 
 __all__ = [
     "recurrent_delta_rule", "recurrent_longhorn", "recurrent_delta_rule_joint",
@@ -153,34 +154,34 @@ def recurrent_delta_rule_joint(q, k, v, *, log_alpha=None, beta=None, scale=None
 # --------------------------------------------------------------------------------------------
 
 def chunk_delta_rule(q, k, v, *, log_alpha=None, beta=None, scale=None,
-                     initial_state=None, output_final_state=False, chunk_size=64):
+                     initial_state=None, output_final_state=False, chunk_size=None):
     """Chunkwise DeltaNet / Gated DeltaNet; same semantics as ``recurrent_delta_rule``.
 
     T need not be a multiple of chunk_size (padded internally with α = 1, β = 0).
     """
-    C = check_chunk_size("chunk_delta_rule", chunk_size)
     x = _prepare("chunk_delta_rule", q, k, v, log_alpha, beta, scale, initial_state, per_key=False)
+    C = check_chunk_size("chunk_delta_rule", chunk_size, default_chunk_size(x.q.shape[-1]))
     return _finish(*chunk_scalar_decay(*x, C), q.dtype, output_final_state)
 
 
 def chunk_longhorn(q, k, v, *, log_alpha=None, beta=None, scale=None,
-                   initial_state=None, output_final_state=False, chunk_size=64):
+                   initial_state=None, output_final_state=False, chunk_size=None):
     """Chunkwise Longhorn: ``chunk_delta_rule`` with ε_t = β_t / (1 + β_t ‖k_t‖²)."""
-    C = check_chunk_size("chunk_longhorn", chunk_size)
     x = _prepare("chunk_longhorn", q, k, v, log_alpha, beta, scale, initial_state, per_key=False)
+    C = check_chunk_size("chunk_longhorn", chunk_size, default_chunk_size(x.q.shape[-1]))
     return _finish(*chunk_scalar_decay(*_longhorn_step_size(x), C), q.dtype, output_final_state)
 
 
 def chunk_delta_rule_joint(q, k, v, *, log_alpha=None, beta=None, scale=None,
-                           initial_state=None, output_final_state=False, chunk_size=64):
+                           initial_state=None, output_final_state=False, chunk_size=None):
     """Chunkwise joint variant; same semantics as ``recurrent_delta_rule_joint``.
 
     Scalar (or no) decay: the exact reparametrisation β → β/α, v → α·v onto the
     gated delta rule (module docstring). Per-key decay: the diagonal-plus-rank-one
     chunk form ``chunk_key_decay`` with the erase reading S_{t−1}.
     """
-    C = check_chunk_size("chunk_delta_rule_joint", chunk_size)
     x = _prepare("chunk_delta_rule_joint", q, k, v, log_alpha, beta, scale, initial_state, per_key=True)
+    C = check_chunk_size("chunk_delta_rule_joint", chunk_size, default_chunk_size(x.q.shape[-1]))
     if x.log_alpha is not None and x.log_alpha.dim() == 4:
         return _finish(*chunk_key_decay(*x, C, erase_reads_decayed=False), q.dtype, output_final_state)
     if x.log_alpha is not None:
@@ -203,10 +204,10 @@ def recurrent_kda(q, k, v, *, log_alpha=None, beta=None, scale=None,
 
 
 def chunk_kda(q, k, v, *, log_alpha=None, beta=None, scale=None,
-              initial_state=None, output_final_state=False, chunk_size=64):
+              initial_state=None, output_final_state=False, chunk_size=None):
     """Chunkwise KDA; same semantics as ``recurrent_kda`` (per-key decay: ``chunk_key_decay``)."""
-    C = check_chunk_size("chunk_kda", chunk_size)
     x = _prepare("chunk_kda", q, k, v, log_alpha, beta, scale, initial_state, per_key=True)
+    C = check_chunk_size("chunk_kda", chunk_size, default_chunk_size(x.q.shape[-1]))
     if x.log_alpha is not None and x.log_alpha.dim() == 4:
         return _finish(*chunk_key_decay(*x, C, erase_reads_decayed=True), q.dtype, output_final_state)
     return _finish(*chunk_scalar_decay(*x, C), q.dtype, output_final_state)

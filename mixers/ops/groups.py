@@ -24,9 +24,10 @@ __all__ = ["GROUP_TOKENS", "group_step", "over_groups"]
 GROUP_TOKENS = 1024  # about this many tokens per group, rounded down to whole chunks (at least one)
 
 
-def group_step(chunk_size: int) -> int:
-    """Tokens per group: the largest multiple of ``chunk_size`` ≤ GROUP_TOKENS, at least one chunk."""
-    return chunk_size * max(1, GROUP_TOKENS // chunk_size)
+def group_step(chunk_size: int, tokens: int | None = None) -> int:
+    """Tokens per group: the largest multiple of ``chunk_size`` ≤ ``tokens`` (GROUP_TOKENS if None),
+    at least one chunk."""
+    return chunk_size * max(1, (GROUP_TOKENS if tokens is None else tokens) // chunk_size)
 
 
 def over_groups(group_fn: Callable, xs: tuple[Optional[torch.Tensor], ...], state, step: int):

@@ -66,7 +66,13 @@ from torch.autograd.function import once_differentiable
 from . import groups
 from .contract import check_chunk_size, check_matrix_inputs
 
-__all__ = ["recurrent_hebbian", "chunk_hebbian"]
+__all__ = ["recurrent_hebbian", "chunk_hebbian", "default_chunk_size"]
+
+
+def default_chunk_size(K: int) -> int:
+    """C when the caller passes chunk_size=None: min(64, max(16, K)); narrow heads get short chunks,
+    since the [C, C] intra-chunk terms outweigh the [K, V] state there."""
+    return min(64, max(16, K))
 
 
 def recurrent_hebbian(q, k, v, *, log_alpha=None, beta=None, scale=None,
@@ -273,7 +279,7 @@ def _factorizable(g: torch.Tensor) -> bool:
 
 
 def chunk_hebbian(q, k, v, *, log_alpha=None, beta=None, scale=None,
-                  initial_state=None, output_final_state=False, chunk_size=64):
+                  initial_state=None, output_final_state=False, chunk_size=None):
     """Chunkwise-parallel hebbian memory (thesis App. A.1 with GLA / SSD decay).
 
     Same contract and results as ``recurrent_hebbian``; T need not divide chunk_size
@@ -287,8 +293,8 @@ def chunk_hebbian(q, k, v, *, log_alpha=None, beta=None, scale=None,
     Returns o [B, T, H, V] (dtype of q) and S [B, H, K, V] if output_final_state else None.
     """
     cd = check_matrix_inputs("chunk_hebbian", q, k, v, log_alpha, beta, scale, initial_state, per_key=True)
-    check_chunk_size("chunk_hebbian", chunk_size)
     B, T, H, K = q.shape
+    chunk_size = check_chunk_size("chunk_hebbian", chunk_size, default_chunk_size(K))
     V = v.shape[-1]
     scale = K ** -0.5 if scale is None else scale
     S0 = q.new_zeros(B, H, K, V, dtype=cd) if initial_state is None else initial_state.to(cd)

@@ -357,6 +357,31 @@ def test_bad_shapes_and_dtypes(fn):
 
 def test_bad_chunk_size():
     x = make_inputs(5, None)
-    for bad in (0, -3, 2.5, None):
-        with pytest.raises(ValueError, match="chunk_size must be a positive int"):
+    for bad in (0, -3, 2.5, True):
+        with pytest.raises(ValueError, match=r"chunk_size must be None \(the op's default\) or a positive int"):
             delta.chunk_delta_rule(**x, chunk_size=bad)
+
+
+def test_default_chunk_size_is_the_ops_choice():
+    """chunk_size=None runs at default_chunk_size(K) and gives the same result as passing it."""
+    x = make_inputs(70, "scalar")
+    K = x["q"].shape[-1]
+    a, Sa = delta.chunk_delta_rule(**x, output_final_state=True)
+    b, Sb = delta.chunk_delta_rule(**x, output_final_state=True, chunk_size=delta.default_chunk_size(K))
+    assert torch.equal(a, b) and torch.equal(Sa, Sb)
+
+
+@pytest.mark.parametrize("b,h", [(1, 1), (2, 3)])
+@pytest.mark.parametrize("fn", [delta.chunk_delta_rule, delta.chunk_delta_rule_joint])
+def test_forward_without_grad_overwrites_only_its_own_copies(fn, b, h):
+    """The no-grad forward works in place on its chunked copies: the caller's tensors are unchanged
+    (also at B = H = 1, where chunking is a pure reshape) and the result equals the autograd path's."""
+    x = make_inputs(37, "scalar", b=b, h=h)
+    before = {n: t.clone() for n, t in x.items()}
+    with torch.no_grad():
+        o, S = fn(**x, chunk_size=8, output_final_state=True)
+    for n, t in x.items():
+        assert torch.equal(t, before[n]), n
+    xg = {n: t.clone().requires_grad_() for n, t in x.items()}
+    og, Sg = fn(**xg, chunk_size=8, output_final_state=True)
+    assert torch.equal(o, og.detach()) and torch.equal(S, Sg.detach())

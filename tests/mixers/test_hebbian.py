@@ -171,8 +171,8 @@ def test_gradcheck(form, decay):
     (dict(q=torch.zeros(2, 5, 2, 8, dtype=torch.int64)), "q must have a floating dtype"),
     (dict(log_alpha=torch.zeros(2, 5, 2, dtype=torch.int32)), "log_alpha must be None or a floating tensor"),
     (dict(scale="1"), "scale must be a number"),
-    (dict(chunk_size=0), "chunk_size must be a positive int"),
-    (dict(chunk_size=1.5), "chunk_size must be a positive int"),
+    (dict(chunk_size=0), r"chunk_size must be None \(the op's default\) or a positive int"),
+    (dict(chunk_size=1.5), r"chunk_size must be None \(the op's default\) or a positive int"),
 ], ids=lambda p: str(p)[:40] if isinstance(p, str) else None)
 def test_bad_inputs(bad, match):
     good = dict(q=torch.zeros(2, 5, 2, 8), k=torch.zeros(2, 5, 2, 8), v=torch.zeros(2, 5, 2, 12))

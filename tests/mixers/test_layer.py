@@ -77,10 +77,13 @@ def test_chunk_form_equals_recurrent_form(name):
     torch.testing.assert_close(sa.memory, sb.memory, **F64)
 
 
-def test_chunk_size_follows_head_dim_unless_set():
-    """C = min(64, max(16, head_dim)) by default, layer.chunk_size when set; the result does not depend on C."""
-    assert [LayerOptions(head_dim=d).chunk_tokens for d in (8, 16, 32, 64, 128)] == [16, 16, 32, 64, 64]
-    assert LayerOptions(head_dim=64, chunk_size=8).chunk_tokens == 8
+def test_chunk_size_defaults_per_family_unless_set():
+    """layer.chunk_size None lets the op choose C from K (per family), a set value is passed through;
+    the result does not depend on C."""
+    from assocmem.mixers.ops import delta_chunk, hebbian
+
+    assert [hebbian.default_chunk_size(d) for d in (8, 16, 32, 64, 128)] == [16, 16, 32, 64, 64]
+    assert [delta_chunk.default_chunk_size(d) for d in (8, 16, 32, 64, 128, 256)] == [16, 16, 16, 32, 64, 64]
     from assocmem.mixers.ops import delta
 
     seen = []
@@ -96,7 +99,7 @@ def test_chunk_size_follows_head_dim_unless_set():
         m = _mixer("gated_deltanet", chunk_size=chunk_size)
         m.form = dataclasses.replace(m.form, fn=spy)
         ys.append(m(x)[0])
-    assert seen == [16, 5]  # head_dim 8 -> 16
+    assert seen == [None, 5]  # None: the op's default (16 at head_dim 8)
     torch.testing.assert_close(ys[0], ys[1], **F64)
     with pytest.raises(ValueError, match="chunk_size"):
         LayerOptions(chunk_size=0)
