@@ -51,6 +51,7 @@ import torch
 import torch.nn.functional as F
 
 from . import groups
+from .inplace import records_grad, scaled
 
 __all__ = ["chunk_scalar_decay", "chunk_key_decay", "default_chunk_size"]
 
@@ -87,11 +88,11 @@ def _chunks(x: torch.Tensor, C: int) -> torch.Tensor:
     return x.view(N, B * H, C, *x.shape[4:])  # (N, B*H, C, ...)
 
 
-def _unchunk(o: torch.Tensor, B: int, T: int) -> torch.Tensor:
-    """[N, B*H, C, V] -> [B, T, H, V] (drops the padding)."""
+def _write_out(out: torch.Tensor, o: torch.Tensor) -> None:
+    """o [N, B*H, C, V] -> out [B, t, H, V] (one strided copy; drops the padding)."""
     N, BH, C, V = o.shape
-    o = o.reshape(N, B, BH // B, C, V).permute(1, 0, 3, 2, 4)  # (B, N, C, H, V)
-    return o.reshape(B, N * C, BH // B, V)[:, :T]  # (B, T, H, V)
+    B = out.shape[0]
+    groups.write_chunks(out, o.view(N, B, BH // B, C, V).permute(1, 0, 3, 2, 4))  # (B, N, C, H, V)
 
 
 def _diag_block_inverses(A: torch.Tensor, b: int) -> torch.Tensor:
@@ -220,10 +221,11 @@ def _over_groups(group_fn, q, k, v, log_alpha, beta, state, scale: float, C: int
 
     Returns o [B, T, H, V] and the final state [B, H, K, V].
     """
-    B, _, H, K = q.shape
+    B, T, H, K = q.shape
     step = groups.group_step(C, GROUP_TOKENS)
-    fn = lambda q_g, k_g, v_g, la_g, beta_g, S: group_fn(q_g, k_g, v_g, la_g, beta_g, S, scale, C)  # noqa: E731
-    o, S = groups.over_groups(fn, (q, k, v, log_alpha, beta), state.reshape(B * H, K, -1), step)
+    fn = lambda q_g, k_g, v_g, la_g, beta_g, S, out: group_fn(q_g, k_g, v_g, la_g, beta_g, S, out, scale, C)  # noqa: E731
+    out = v.new_empty(B, T, H, v.shape[-1])
+    o, S = groups.over_groups(fn, (q, k, v, log_alpha, beta), state.reshape(B * H, K, -1), step, out)
     return o, S.reshape(B, H, K, -1)
 
 
@@ -234,30 +236,20 @@ def chunk_scalar_decay(q, k, v, log_alpha, beta, state, scale: float, C: int):
     state: [B, H, K, V]; o_t = S_tᵀ (scale · q_t). Returns o [B, T, H, V] and the final state [B, H, K, V].
     When no gradient is recorded the chunked copies are overwritten in place (same values).
     """
-    in_place = not _records_grad(q, k, v, log_alpha, beta, state)
+    in_place = not records_grad(q, k, v, log_alpha, beta, state)
     group = functools.partial(_scalar_decay_group, in_place=in_place)
     return _over_groups(group, q, k, v, log_alpha, beta, state, scale, C)
 
 
-def _records_grad(*xs) -> bool:
-    """Whether autograd records the op: grad mode on and some input requires grad."""
-    return torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in xs)
-
-
-def _scaled(x: torch.Tensor, y, in_place: bool) -> torch.Tensor:
-    """x ⊙ y, overwriting x (a fresh intermediate) when ``in_place`` (no autograd graph to keep)."""
-    return x.mul_(y) if in_place else x * y
-
-
-def _scalar_decay_group(q, k, v, log_alpha, beta, S, scale: float, C: int, *, in_place: bool = False):
-    """``chunk_scalar_decay`` on one group of tokens; S: [BH, K, V]. Returns o [B, t, H, V], S.
+def _scalar_decay_group(q, k, v, log_alpha, beta, S, out, scale: float, C: int, *, in_place: bool = False):
+    """``chunk_scalar_decay`` on one group of tokens; S: [BH, K, V]. Writes o into out [B, t, H, V], returns S.
 
     in_place: overwrite the chunked copies and intermediates (forward without autograd).
     """
     B, T, H, K = q.shape
     q, k, v = _chunks(q, C), _chunks(k, C), _chunks(v, C)  # (N, BH, C, K|V), fresh copies
     beta = _chunks(beta, C)[..., None]  # (N, BH, C, 1)
-    q = _scaled(q, scale, in_place)  # scale · Q: both read terms (P and the state read) carry it
+    q = scaled(q, scale, in_place)  # scale · Q: both read terms (P and the state read) carry it
     k_beta = k * beta  # (N, BH, C, K)
     A = k_beta @ k.mT  # (N, BH, C, C): β_t k_tᵀ k_s
     P = q @ k.mT  # (N, BH, C, C): scale · q_tᵀ k_s
@@ -267,15 +259,15 @@ def _scalar_decay_group(q, k, v, log_alpha, beta, S, scale: float, C: int, *, in
         # D_ts = e^{g_t − g_s} for s ≤ t (exponent ≤ 0); the clamp makes the unused upper triangle e^0 = 1:
         # the solve reads only the strictly lower part of A, and P is made causal by tril_
         D = (g - g.mT).clamp_(max=0.0).exp_()  # (N, BH, C, C)
-        A, P = _scaled(A, D, in_place), _scaled(P, D, in_place)  # A = diag(β) (K Kᵀ ⊙ D); P = (Q Kᵀ) ⊙ D
+        A, P = scaled(A, D, in_place), scaled(P, D, in_place)  # A = diag(β) (K Kᵀ ⊙ D); P = (Q Kᵀ) ⊙ D
         e_g = g.exp()  # (N, BH, C, 1)
-        k_beta = _scaled(k_beta, e_g, in_place)  # β e^{g} ⊙ K: the erase reads the decayed state
-        q = _scaled(q, e_g, in_place)  # scale e^{g} ⊙ Q: the state read
-        k = _scaled(k, (g[..., -1:, :] - g).exp_(), in_place)  # e^{g_C − g} ⊙ K: the state write
+        k_beta = scaled(k_beta, e_g, in_place)  # β e^{g} ⊙ K: the erase reads the decayed state
+        q = scaled(q, e_g, in_place)  # scale e^{g} ⊙ Q: the state read
+        k = scaled(k, (g[..., -1:, :] - g).exp_(), in_place)  # e^{g_C − g} ⊙ K: the state write
         a = e_g[..., -1:, :]  # (N, BH, 1, 1)
     P = P.tril_()  # causal
     # 1. UT transform, all chunks at once: [U | W] = T [β ⊙ V | β e^{g} ⊙ K]
-    U, W = _UnitLowerSolve.apply(A, _scaled(v, beta, in_place), k_beta)  # (N, BH, C, V), (N, BH, C, K)
+    U, W = _UnitLowerSolve.apply(A, scaled(v, beta, in_place), k_beta)  # (N, BH, C, V), (N, BH, C, K)
     # 2. sequential over chunks: u = U − W S_[n] and the state carry (eq. 3)
     if in_place:
         starts, u = _carry(U, W, k, a, S)  # (N+1, BH, K, V), u overwrites U
@@ -284,7 +276,8 @@ def _scalar_decay_group(q, k, v, log_alpha, beta, S, scale: float, C: int, *, in
         starts, u, S = _Carry.apply(U, W, k, a, S)
     # 3. read (eq. 2): P u + (scale e^{g} ⊙ Q) S_[n]
     o = (P @ u).flatten(0, 1).baddbmm_(q.flatten(0, 1), starts.flatten(0, 1))  # (N*BH, C, V)
-    return _unchunk(o.view(u.shape), B, T), S
+    _write_out(out, o.view(u.shape))
+    return S
 
 
 def _pairwise(x, Ex, k, G, s: int, strict: bool):
@@ -329,8 +322,8 @@ def chunk_key_decay(q, k, v, log_alpha, beta, state, scale: float, C: int, *, er
     return _over_groups(group, q, k, v, log_alpha, beta, state, scale, C)
 
 
-def _key_decay_group(q, k, v, log_alpha, beta, S, scale: float, C: int, *, erase_reads_decayed: bool):
-    """``chunk_key_decay`` on one group of tokens; S: [BH, K, V]. Returns o [B, t, H, V], S."""
+def _key_decay_group(q, k, v, log_alpha, beta, S, out, scale: float, C: int, *, erase_reads_decayed: bool):
+    """``chunk_key_decay`` on one group of tokens; S: [BH, K, V]. Writes o into out [B, t, H, V], returns S."""
     B, T, H, K = q.shape
     q, k, v, la = (_chunks(x, C) for x in (q * scale, k, v, log_alpha))  # (N, BH, C, K|V)
     beta = _chunks(beta, C)[..., None]  # (N, BH, C, 1)
@@ -349,4 +342,5 @@ def _key_decay_group(q, k, v, log_alpha, beta, S, scale: float, C: int, *, erase
     starts, u, S = _Carry.apply(U, W, k_out, a, S)
     # 4. read (eq. 2)
     o = q_in @ starts + P @ u  # (N, BH, C, V)
-    return _unchunk(o, B, T), S
+    _write_out(out, o)
+    return S

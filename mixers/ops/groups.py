@@ -19,7 +19,7 @@ from typing import Callable, Optional
 
 import torch
 
-__all__ = ["GROUP_TOKENS", "group_step", "over_groups"]
+__all__ = ["GROUP_TOKENS", "group_step", "over_groups", "write_chunks"]
 
 GROUP_TOKENS = 1024  # about this many tokens per group, rounded down to whole chunks (at least one)
 
@@ -30,19 +30,32 @@ def group_step(chunk_size: int, tokens: int | None = None) -> int:
     return chunk_size * max(1, (GROUP_TOKENS if tokens is None else tokens) // chunk_size)
 
 
-def over_groups(group_fn: Callable, xs: tuple[Optional[torch.Tensor], ...], state, step: int):
-    """Apply ``group_fn(*xs_g, state) -> (o_g, state)`` to consecutive groups of ``step`` tokens.
+def over_groups(group_fn: Callable, xs: tuple[Optional[torch.Tensor], ...], state, step: int,
+                out: torch.Tensor):
+    """Apply ``group_fn(*xs_g, state, out_g) -> state`` to consecutive groups of ``step`` tokens.
 
     xs: tensors [B, T, ...] (time on dim 1) or None (passed through as None for every group);
-    state: whatever ``group_fn`` carries (None allowed for the first group).
-    Returns o [B, T, ...] (the groups' outputs concatenated on dim 1) and the last state.
+    state: whatever ``group_fn`` carries (None allowed for the first group); out: [B, T, ...],
+    the output, of which ``group_fn`` fills its group's slice out_g = out[:, t0:t1] (a view; see
+    ``write_chunks``), so no group output is concatenated afterwards. Returns out and the last state.
     The inputs are cut with ``split`` (views), whose backward concatenates the gradients once.
     """
-    T = next(x for x in xs if x is not None).shape[1]
+    T = out.shape[1]
     n = -(-T // step)
     parts = [x.split(step, dim=1) if x is not None else (None,) * n for x in xs]
-    outs = []
-    for group in zip(*parts):
-        o, state = group_fn(*group, state)
-        outs.append(o)
-    return (torch.cat(outs, dim=1) if len(outs) > 1 else outs[0]), state
+    for i, group in enumerate(zip(*parts)):
+        state = group_fn(*group, state, out.narrow(1, i * step, min(step, T - i * step)))
+    return out, state
+
+
+def write_chunks(out: torch.Tensor, o: torch.Tensor) -> None:
+    """Copy chunked outputs o [B, N, C, H, V] (any strides) into out [B, t, H, V], t ≤ N·C.
+
+    One strided copy; the zero-padded tail of the last chunk (t < N·C) is dropped.
+    """
+    C, t = o.shape[2], out.shape[1]
+    full = t // C
+    if full:
+        out[:, :full * C].unflatten(1, (full, C)).copy_(o[:, :full])
+    if t > full * C:
+        out[:, full * C:].copy_(o[:, full, :t - full * C])
