@@ -46,6 +46,8 @@ log_alpha must be finite (α = 0 exactly gives NaN in the differences).
 from __future__ import annotations
 
 import functools
+import math
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -172,6 +174,71 @@ def _carry(u, W, k, a, S0):
     return starts, u
 
 
+class _FoldPlan(NamedTuple):
+    """How ``_carry_folded`` applies the per-chunk decay (see there). d_in, d_out: [N, BH]."""
+    d_in: torch.Tensor      # log D at each chunk's start, relative to its segment's start (≤ 0)
+    d_out: torch.Tensor     # log D after the chunk (d_in + c_n), 0 for explicit chunks
+    explicit: list[bool]    # chunk decays its state with a multiply (its own decay is below −limit)
+    rescale: list[bool]     # multiply the state after the chunk by e^{d_out}: a segment ends there
+
+
+def _fold_plan(c: torch.Tensor) -> _FoldPlan:
+    """Split the chunks into segments over which the decay can be folded, from c [N, BH], the
+    log decay of each chunk: a segment grows while every head's cumulative log decay stays
+    ≥ −limit (limit = log(dtype max) / 4: 22 in float32, 177 in float64); a chunk whose own
+    decay is below −limit is explicit (a segment of its own, decayed by a multiply)."""
+    limit = math.log(torch.finfo(c.dtype).max) / 4
+    rows = c.tolist()
+    N, BH = c.shape
+    zero = [0.0] * BH
+    d_in, d_out, explicit, rescale = [], [], [], [False] * N
+    cur = zero
+    for n, cn in enumerate(rows):
+        if min(cn) < -limit:
+            if n:
+                rescale[n - 1] = not explicit[n - 1]
+            d_in.append(zero), d_out.append(zero), explicit.append(True)
+            cur = zero
+            continue
+        nxt = [x + y for x, y in zip(cur, cn)]
+        if min(nxt) < -limit:  # start a new segment at chunk n (n > 0: a lone chunk is ≥ −limit)
+            rescale[n - 1] = not explicit[n - 1]
+            cur, nxt = zero, list(cn)
+        d_in.append(cur), d_out.append(nxt), explicit.append(False)
+        cur = nxt
+    rescale[N - 1] = not explicit[N - 1]
+    as_tensor = lambda x: torch.tensor(x, dtype=c.dtype, device=c.device)  # noqa: E731
+    return _FoldPlan(as_tensor(d_in), as_tensor(d_out), explicit, rescale)
+
+
+def _carry_folded(u, W, k, a, plan: _FoldPlan, S0):
+    """``_carry`` without a multiply per chunk: the states are kept as Z_n = S_n / D_n, where D_n
+    is the decay since the start of the chunk's segment (``_fold_plan``). The caller passes
+    W_n = D_n ⊙ W_n and k_n = k_n / D_{n+1} (the factors folded into their exponents), so
+
+        u_n = U_n − W_n Z_n,    Z_{n+1} = Z_n + k_nᵀ u_n        (2 products, no multiply),
+
+    and reads with D_n ⊙ Q. At a segment's end Z is multiplied by D (back to S); explicit
+    chunks (a: [N, BH, 1, 1]) step as in ``_carry``. Every factor is within e^{±2·limit}.
+    Returns the scaled states Z [N + 1, BH, K, V] (Z_N = S_N) and u (overwriting U).
+    """
+    N = u.shape[0]
+    Z = S0.new_empty(N + 1, *S0.shape)  # (N+1, BH, K, V)
+    Z[0] = S0
+    Zs, us, Ws, ks, as_ = Z.unbind(0), u.unbind(0), W.unbind(0), k.mT.unbind(0), a.unbind(0)
+    D_end = plan.d_out.exp()[..., None, None].unbind(0)  # (BH, 1, 1) each
+    for n in range(N):
+        us[n].baddbmm_(Ws[n], Zs[n], alpha=-1)  # u_n = U_n − W_n S_n
+        if plan.explicit[n]:
+            torch.mul(Zs[n], as_[n], out=Zs[n + 1])
+            Zs[n + 1].baddbmm_(ks[n], us[n])
+        else:
+            torch.baddbmm(Zs[n], ks[n], us[n], out=Zs[n + 1])
+        if plan.rescale[n]:
+            Zs[n + 1].mul_(D_end[n])
+    return Z, u
+
+
 class _Carry(torch.autograd.Function):
     """Sequential part over chunks n = 0 … N−1 (eqs. 1, 3), with a hand-written backward:
 
@@ -253,24 +320,27 @@ def _scalar_decay_group(q, k, v, log_alpha, beta, S, out, scale: float, C: int, 
     k_beta = k * beta  # (N, BH, C, K)
     A = k_beta @ k.mT  # (N, BH, C, C): β_t k_tᵀ k_s
     P = q @ k.mT  # (N, BH, C, C): scale · q_tᵀ k_s
-    a = None  # per-chunk state decay e^{g_C}
+    a, plan = None, None  # per-chunk state decay e^{g_C}; the folded carry's plan
     if log_alpha is not None:
         g = _chunks(log_alpha, C).cumsum(-1)[..., None]  # (N, BH, C, 1) log decay since the chunk start
         # D_ts = e^{g_t − g_s} for s ≤ t (exponent ≤ 0); the clamp makes the unused upper triangle e^0 = 1:
         # the solve reads only the strictly lower part of A, and P is made causal by tril_
         D = (g - g.mT).clamp_(max=0.0).exp_()  # (N, BH, C, C)
         A, P = scaled(A, D, in_place), scaled(P, D, in_place)  # A = diag(β) (K Kᵀ ⊙ D); P = (Q Kᵀ) ⊙ D
-        e_g = g.exp()  # (N, BH, C, 1)
+        a = g[..., -1:, :].exp()  # (N, BH, 1, 1)
+        # without autograd the carry keeps S / D (``_carry_folded``): D_n in e^{g}, 1 / D_{n+1} in e^{g_C − g}
+        plan = _fold_plan(g[:, :, -1, 0]) if in_place else None
+        d_in, d_out = (0.0, 0.0) if plan is None else (plan.d_in[..., None, None], plan.d_out[..., None, None])
+        e_g = (g + d_in).exp()  # (N, BH, C, 1)
         k_beta = scaled(k_beta, e_g, in_place)  # β e^{g} ⊙ K: the erase reads the decayed state
         q = scaled(q, e_g, in_place)  # scale e^{g} ⊙ Q: the state read
-        k = scaled(k, (g[..., -1:, :] - g).exp_(), in_place)  # e^{g_C − g} ⊙ K: the state write
-        a = e_g[..., -1:, :]  # (N, BH, 1, 1)
+        k = scaled(k, (g[..., -1:, :] - g - d_out).exp_(), in_place)  # e^{g_C − g} ⊙ K: the state write
     P = P.tril_()  # causal
     # 1. UT transform, all chunks at once: [U | W] = T [β ⊙ V | β e^{g} ⊙ K]
     U, W = _UnitLowerSolve.apply(A, scaled(v, beta, in_place), k_beta)  # (N, BH, C, V), (N, BH, C, K)
     # 2. sequential over chunks: u = U − W S_[n] and the state carry (eq. 3)
-    if in_place:
-        starts, u = _carry(U, W, k, a, S)  # (N+1, BH, K, V), u overwrites U
+    if in_place:  # (N+1, BH, K, V), u overwrites U
+        starts, u = _carry(U, W, k, a, S) if plan is None else _carry_folded(U, W, k, a, plan, S)
         starts, S = starts[:-1], starts[-1]
     else:
         starts, u, S = _Carry.apply(U, W, k, a, S)

@@ -375,7 +375,8 @@ def test_default_chunk_size_is_the_ops_choice():
 @pytest.mark.parametrize("fn", [delta.chunk_delta_rule, delta.chunk_delta_rule_joint])
 def test_forward_without_grad_overwrites_only_its_own_copies(fn, b, h):
     """The no-grad forward works in place on its chunked copies: the caller's tensors are unchanged
-    (also at B = H = 1, where chunking is a pure reshape) and the result equals the autograd path's."""
+    (also at B = H = 1, where chunking is a pure reshape) and the result is the autograd path's
+    (to rounding: its carry keeps the decay folded, ``_carry_folded``)."""
     x = make_inputs(37, "scalar", b=b, h=h)
     before = {n: t.clone() for n, t in x.items()}
     with torch.no_grad():
@@ -384,4 +385,26 @@ def test_forward_without_grad_overwrites_only_its_own_copies(fn, b, h):
         assert torch.equal(t, before[n]), n
     xg = {n: t.clone().requires_grad_() for n, t in x.items()}
     og, Sg = fn(**xg, chunk_size=8, output_final_state=True)
-    assert torch.equal(o, og.detach()) and torch.equal(S, Sg.detach())
+    torch.testing.assert_close(o, og.detach(), atol=1e-12, rtol=1e-12)
+    torch.testing.assert_close(S, Sg.detach(), atol=1e-12, rtol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_folded_carry_with_segments_and_explicit_chunks(dtype):
+    """No-grad carry (``_carry_folded``) on a decay that makes every kind of step: multi-chunk
+    segments with rescaling at their ends, and chunks too strong to fold (explicit multiply)."""
+    from assocmem.mixers.ops.delta_chunk import _fold_plan
+
+    x = make_inputs(200, "scalar", decay=(-3.0, 0.0))
+    x["log_alpha"][:, 64:80] *= 40.0  # two chunks of 8 tokens decay by up to e^-960: explicit
+    c = x["log_alpha"].reshape(B, 25, 8, H).sum(2).permute(1, 0, 2).reshape(25, B * H)  # chunk log decays
+    plan = _fold_plan(c.to(dtype))
+    explicit, rescale = plan.explicit, plan.rescale
+    assert any(explicit) and sum(rescale) > 1 and not all(rescale)  # all three kinds of step occur
+    ref, S_ref = delta.recurrent_delta_rule(**x, output_final_state=True)
+    xd = {n: t.to(dtype) for n, t in x.items()}
+    with torch.no_grad():
+        o, S = delta.chunk_delta_rule(**xd, chunk_size=8, output_final_state=True)
+    tol = EXACT if dtype == torch.float64 else {}
+    torch.testing.assert_close(o, ref.to(dtype), **tol)
+    torch.testing.assert_close(S, S_ref.to(dtype), **tol)
