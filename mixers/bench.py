@@ -18,6 +18,7 @@ malloc_trim), and for forward+backward the bytes autograd saved for backward.
 from __future__ import annotations
 
 import ctypes
+import functools
 import statistics
 import threading
 import time
@@ -34,6 +35,7 @@ from .verify import make_case
 
 FAMILIES = ("gated_deltanet", "mamba2", "gla", "sca", "softmax")
 DERIVED_MAX_T = 2048
+PEER_CHUNK = 64  # chunk size of the external chunked peers (transformers, FLA naive files)
 
 
 @dataclass
@@ -201,6 +203,9 @@ def implementations(family: str, T: int) -> dict[str, Callable]:
     for form in ("chunk", "prefix_sum", "masked_matmul", "sdpa"):
         if form in _forms(spec) and not (form == "masked_matmul" and T > DERIVED_MAX_T):
             impls[form] = lower(spec, form).fn
+    if "chunk" in impls and spec.algebra in ("delta", "diag_rank1"):
+        # the peers' chunk size next to the default (C = K/2 for the delta class): same algebra, more FLOPs
+        impls[f"chunk C={PEER_CHUNK}"] = functools.partial(impls["chunk"], chunk_size=PEER_CHUNK)
     for ref in external_references(spec):
         if "chunk" in ref.name:
             impls[ref.name] = ref.fn
@@ -213,7 +218,22 @@ def _forms(spec) -> list[str]:
     return available_forms(spec)
 
 
-FAST_REPEATS = 7
+FAST_REPEATS = 11
+
+
+def _is_fast(impl: str) -> bool:
+    """Our parallel forms (chunk at its default or at a given C, sdpa), whose GFLOP/s are reported."""
+    return impl in ("chunk", "sdpa") or impl.startswith("chunk C=")
+
+
+def chunk_size_used(spec, impl: str, K: int) -> int:
+    """C of a chunk row: the one named in it, else the op's default for head width K."""
+    if impl.startswith("chunk C="):
+        return int(impl.split("=")[1])
+    from .ops import delta_chunk, hebbian
+
+    return delta_chunk.default_chunk_size(K) if spec.algebra in ("delta", "diag_rank1") else \
+        hebbian.default_chunk_size(K)
 
 
 def _is_reference(impl: str) -> bool:
@@ -247,7 +267,8 @@ def bench_family(family: str, Ts, modes, *, B=1, H=4, K=64, V=64, peak: float, l
                 results[name] = measure(impls[name], inputs, mode, 1, count_saved=name != "derived")
             for impl in impls:  # report in the order of ``implementations``
                 ms, peak_mb, saved = results[impl]
-                fl = chunk_flops(family, B, T, H, K, V) if impl in ("chunk", "sdpa") and mode == "fwd" else None
+                C = chunk_size_used(spec, impl, K)
+                fl = chunk_flops(family, B, T, H, K, V, C) if _is_fast(impl) and mode == "fwd" else None
                 gf = None if fl is None else fl / (ms / 1e3) / 1e9
                 rows.append(BenchRow(family, impl, T, mode, ms, gf, peak_mb, saved))
                 log(f"  {family:15s} {impl:58s} T={T:5d} {mode:6s} {ms:10.2f} ms"
@@ -273,13 +294,13 @@ def run_bench(families=FAMILIES, Ts=(512, 2048, 8192), modes=("fwd", "fwdbwd"), 
 def ratio_table(rows: list[dict]) -> list[str]:
     """Summary lines: each fast form against the slower implementations of its family."""
     key = {(r["family"], r["impl"], r["T"], r["mode"]): r["ms"] for r in rows}
-    fast = ("chunk", "prefix_sum", "sdpa")
+    fast = lambda impl: _is_fast(impl) or impl == "prefix_sum"  # noqa: E731
     lines = []
     for (fam, impl, T, mode), ms in sorted(key.items()):
-        if impl not in fast:
+        if not fast(impl):
             continue
         for (f2, other, T2, m2), ms2 in sorted(key.items()):
-            if (f2, T2, m2) == (fam, T, mode) and other != impl and other not in fast:
+            if (f2, T2, m2) == (fam, T, mode) and other != impl and not fast(other):
                 lines.append(f"{fam:15s} T={T:5d} {mode:6s} {impl} is {ms2 / ms:7.2f}x faster than {other}")
     return lines
 

@@ -59,3 +59,21 @@ def test_time_round_robin_interleaves_calls():
     med = time_round_robin({"a": call("a"), "b": call("b")}, rounds=3, warmup=2)
     assert order == ["a", "a", "b", "b"] + ["a", "b"] * 3  # warm-ups, then one call of each per round
     assert med == {"a": 1.0 + 7e-3, "b": 3.0 + 8e-3}  # medians of the three timed calls
+
+
+def test_delta_rows_report_the_chunk_size_they_run():
+    """The delta class gets a row at the peers' chunk size next to its default, and each chunk row's
+    GFLOP/s counts the FLOPs of the C it ran (C = K/2 = 32 by default at K = 64)."""
+    from assocmem.mixers.bench import PEER_CHUNK, chunk_flops, chunk_size_used
+
+    spec = get_preset("gated_deltanet")
+    assert chunk_size_used(spec, "chunk", 64) == 32 and chunk_size_used(spec, f"chunk C={PEER_CHUNK}", 64) == 64
+    assert chunk_size_used(get_preset("mamba2"), "chunk", 64) == 64
+    rows = run_bench(families=("gated_deltanet",), Ts=(128,), modes=("fwd",), log=lambda *_: None,
+                     only=("chunk",))
+    by_impl = {r["impl"]: r for r in rows[1:]}
+    assert {"chunk", f"chunk C={PEER_CHUNK}"} <= set(by_impl)
+    for impl, C in (("chunk", 32), (f"chunk C={PEER_CHUNK}", PEER_CHUNK)):
+        r = by_impl[impl]
+        flops = chunk_flops("gated_deltanet", 1, 128, 4, 64, 64, C)
+        assert abs(r["gflops"] - flops / (r["ms"] / 1e3) / 1e9) < 1e-6 * r["gflops"]
