@@ -291,18 +291,51 @@ def run_bench(families=FAMILIES, Ts=(512, 2048, 8192), modes=("fwd", "fwdbwd"), 
     return [asdict(r) for r in rows]
 
 
-def ratio_table(rows: list[dict]) -> list[str]:
-    """Summary lines: each fast form against the slower implementations of its family."""
+def _ratios(rows: list[dict]) -> dict[tuple, float]:
+    """{(family, T, mode, fast form, other): how many times faster}: each fast form against
+    the slower implementations of its family, same T and mode."""
     key = {(r["family"], r["impl"], r["T"], r["mode"]): r["ms"] for r in rows}
     fast = lambda impl: _is_fast(impl) or impl == "prefix_sum"  # noqa: E731
-    lines = []
+    out = {}
     for (fam, impl, T, mode), ms in sorted(key.items()):
         if not fast(impl):
             continue
         for (f2, other, T2, m2), ms2 in sorted(key.items()):
             if (f2, T2, m2) == (fam, T, mode) and other != impl and not fast(other):
-                lines.append(f"{fam:15s} T={T:5d} {mode:6s} {impl} is {ms2 / ms:7.2f}x faster than {other}")
+                out[(fam, T, mode, impl, other)] = ms2 / ms
+    return out
+
+
+def ratio_table(rows: list[dict], runs: list[list[dict]] | None = None) -> list[str]:
+    """Summary lines: each fast form against the slower implementations of its family.
+
+    runs: the rows of separate processes (``median_rows``); each line then also gives the
+    range of that ratio over the processes.
+    """
+    spread = [_ratios(r) for r in runs] if runs else []
+    lines = []
+    for (fam, T, mode, impl, other), ratio in _ratios(rows).items():
+        line = f"{fam:15s} T={T:5d} {mode:6s} {impl} is {ratio:7.2f}x faster than {other}"
+        seen = [s[(fam, T, mode, impl, other)] for s in spread if (fam, T, mode, impl, other) in s]
+        if seen:
+            line += f"  (range {min(seen):.2f}-{max(seen):.2f} over {len(seen)} processes)"
+        lines.append(line)
     return lines
+
+
+def median_rows(runs: list[list[dict]]) -> list[dict]:
+    """One row per (family, impl, T, mode) from the rows of several processes: the median ms
+    (GFLOP/s, peak and saved MB at the same median), plus ``ms_min`` and ``ms_max``."""
+    groups: dict[tuple, list[dict]] = {}
+    for rows in runs:
+        for r in rows:
+            groups.setdefault((r["family"], r["impl"], r["T"], r["mode"]), []).append(r)
+    out = []
+    for rs in groups.values():
+        rs = sorted(rs, key=lambda r: r["ms"])
+        mid = rs[(len(rs) - 1) // 2]  # the lower median: an actual measured row
+        out.append({**mid, "ms_min": rs[0]["ms"], "ms_max": rs[-1]["ms"]})
+    return out
 
 
 def markdown_table(rows: list[dict]) -> str:

@@ -25,6 +25,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="only implementations whose name contains one of these (e.g. chunk transformers)")
     m.add_argument("--threads", type=int, default=None, metavar="N",
                    help="torch intra-op threads for every implementation (default: torch's, all cores)")
+    m.add_argument("--processes", type=int, default=1, metavar="N",
+                   help="run the bench in N fresh processes, one after another, and report per row the "
+                        "median ms over them with the range of each ratio (the allocator's state, which "
+                        "shifts timings by up to 2x, differs between processes)")
     m.set_defaults(func=_mixers)
     from assocmem.models.bench import register_decode
 
@@ -37,17 +41,25 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _mixers(args: argparse.Namespace) -> int:
     import torch
 
-    from assocmem.mixers.bench import FAMILIES, markdown_table, ratio_table, run_bench
+    from assocmem.mixers.bench import FAMILIES, markdown_table, median_rows, ratio_table, run_bench
 
     if args.threads is not None:
         if args.threads < 1:
             print(f"assocmem bench mixers: --threads must be >= 1, got {args.threads}", file=sys.stderr)
             return 2
         torch.set_num_threads(args.threads)
-    rows = run_bench(tuple(args.families or FAMILIES), tuple(args.seq_lens), tuple(args.modes),
-                     only=tuple(args.impls))
-    print("\nratios (same run):")
-    for line in ratio_table(rows):
+    if args.processes < 1:
+        print(f"assocmem bench mixers: --processes must be >= 1, got {args.processes}", file=sys.stderr)
+        return 2
+    runs = None
+    if args.processes == 1:
+        rows = run_bench(tuple(args.families or FAMILIES), tuple(args.seq_lens), tuple(args.modes),
+                         only=tuple(args.impls))
+    else:
+        runs = _in_processes(args)
+        rows = median_rows(runs)
+    print("\nratios (same run)" + (f", median over {args.processes} processes:" if runs else ":"))
+    for line in ratio_table(rows, runs):
         print("  " + line)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
@@ -56,3 +68,26 @@ def _mixers(args: argparse.Namespace) -> int:
         args.markdown.write_text(markdown_table(rows) + "\n")
         print(f"wrote {args.markdown}")
     return 0
+
+
+def _in_processes(args: argparse.Namespace) -> list[list[dict]]:
+    """The rows of ``args.processes`` runs of this bench, each in a fresh python process."""
+    import subprocess
+    import tempfile
+
+    argv = ["bench", "mixers", "--seq-lens", *map(str, args.seq_lens), "--modes", *args.modes]
+    if args.families:
+        argv += ["--families", *args.families]
+    if args.impls:
+        argv += ["--impls", *args.impls]
+    if args.threads is not None:
+        argv += ["--threads", str(args.threads)]
+    runs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(args.processes):
+            path = Path(tmp) / f"run{i}.json"
+            print(f"--- process {i + 1} of {args.processes}", flush=True)
+            code = "import sys; from assocmem.training.cli import main; sys.exit(main(sys.argv[1:]))"
+            subprocess.run([sys.executable, "-c", code, *argv, "--json", str(path)], check=True)
+            runs.append(json.loads(path.read_text()))
+    return runs

@@ -77,3 +77,20 @@ def test_delta_rows_report_the_chunk_size_they_run():
         r = by_impl[impl]
         flops = chunk_flops("gated_deltanet", 1, 128, 4, 64, 64, C)
         assert abs(r["gflops"] - flops / (r["ms"] / 1e3) / 1e9) < 1e-6 * r["gflops"]
+
+
+def test_median_rows_and_ratio_ranges_over_processes():
+    """--processes: per row the (lower) median ms of the runs with its min and max, and each ratio
+    line gives its range over the runs."""
+    from assocmem.mixers.bench import median_rows
+
+    def run(chunk_ms, peer_ms):
+        base = dict(family="gated_deltanet", T=2048, mode="fwd", gflops=None, peak_mb=1.0, saved_mb=None)
+        return [{**base, "impl": "chunk", "ms": chunk_ms}, {**base, "impl": "transformers:x", "ms": peer_ms}]
+
+    runs = [run(8.0, 16.0), run(10.0, 15.0), run(7.0, 21.0)]
+    rows = {r["impl"]: r for r in median_rows(runs)}
+    assert (rows["chunk"]["ms"], rows["chunk"]["ms_min"], rows["chunk"]["ms_max"]) == (8.0, 7.0, 10.0)
+    assert rows["transformers:x"]["ms"] == 16.0
+    (line,) = ratio_table(list(rows.values()), runs)
+    assert "2.00x faster than transformers:x" in line and "(range 1.50-3.00 over 3 processes)" in line
