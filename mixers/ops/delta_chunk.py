@@ -27,9 +27,12 @@ so the [N, BH, C, ·] intermediates stay cache-sized; the result does not depend
 on the grouping): K Kᵀ, Q Kᵀ, D, the triangular inverse T (``_unit_lower_inverse``:
 16×16 diagonal blocks by torch.linalg.solve_triangular, then block rows by
 batched matmuls) and U, W = T R are all-chunk batched matmuls. Only
-u = U − W S_[n] and (3) run per chunk (``_Carry``, two small matmuls, with a
-hand-written backward), and (2)'s state term is one batched matmul against the
-stacked chunk-start states afterwards.
+u = U − W S_[n] and (3) run per chunk (``_Carry``, two small matmuls and a scale,
+with a hand-written backward), and (2)'s state term is one batched matmul against
+the stacked chunk-start states afterwards. Without autograd (inference, or inputs
+that do not require grad) the chunked copies are overwritten in place
+(``inplace.py``) and the carry keeps the decay folded into W, k and the read
+(``_carry_folded``: two matmuls per chunk, no scale), the same values to rounding.
 
 Numerics (log_alpha ≤ 0): every exponent evaluated is a difference
 G_later − G_earlier ≤ 0, so nothing overflows whatever the decay; a factor
@@ -41,6 +44,8 @@ under strong decay). Instead each chunk is split into sub-chunks of s tokens
 columns before it) factorises through the boundary r_j = G at the last token of
 sub-chunk j − 1: (x_t e^{E_t − r_j}) · (k_s e^{r_j − G_s}), both exponents ≤ 0.
 Memory is O(T·(C/s + s)·K) per head for the pairwise terms; no [T, T] tensor.
+The folded carry divides by the decay within a segment of chunks whose decay
+stays above e^{−limit} (``_fold_plan``), so its factors stay within e^{±2·limit}.
 log_alpha must be finite (α = 0 exactly gives NaN in the differences).
 """
 from __future__ import annotations
