@@ -32,7 +32,7 @@ with a hand-written backward), and (2)'s state term is one batched matmul agains
 the stacked chunk-start states afterwards. Without autograd (inference, or inputs
 that do not require grad) the chunked copies are overwritten in place
 (``inplace.py``) and the carry keeps the decay folded into W, k and the read
-(``_carry_folded``: two matmuls per chunk, no scale), the same values to rounding.
+(``_carry`` with a plan: two matmuls per chunk, no scale), the same values to rounding.
 
 Numerics (log_alpha ≤ 0): every exponent evaluated is a difference
 G_later − G_earlier ≤ 0, so nothing overflows whatever the decay; a factor
@@ -158,29 +158,8 @@ class _UnitLowerSolve(torch.autograd.Function):
         return dA.view(T.shape).tril(-1).neg_(), dR1, dR2
 
 
-def _carry(u, W, k, a, S0):
-    """The forward loop of ``_Carry`` on plain tensors: overwrites u (holding U) with u = U − W S.
-
-    Returns the states [N + 1, BH, K, V] (chunk starts, then the final state) and u.
-    Per-chunk views come from one ``unbind`` each (no per-step indexing).
-    """
-    N = u.shape[0]
-    starts = S0.new_empty(N + 1, *S0.shape)  # (N+1, BH, K, V)
-    starts[0] = S0
-    Ss, us, Ws, ks = starts.unbind(0), u.unbind(0), W.unbind(0), k.mT.unbind(0)
-    as_ = (None,) * N if a is None else a.unbind(0)
-    for n in range(N):
-        us[n].baddbmm_(Ws[n], Ss[n], alpha=-1)  # u_n = U_n − W_n S_n
-        if as_[n] is None:
-            Ss[n + 1].copy_(Ss[n])
-        else:
-            torch.mul(Ss[n], as_[n], out=Ss[n + 1])
-        Ss[n + 1].baddbmm_(ks[n], us[n])  # S_{n+1} = a_n S_n + k_nᵀ u_n
-    return starts, u
-
-
 class _FoldPlan(NamedTuple):
-    """How ``_carry_folded`` applies the per-chunk decay (see there). d_in, d_out: [N, BH]."""
+    """How ``_carry`` with a plan applies the per-chunk decay (see there). d_in, d_out: [N, BH]."""
     d_in: torch.Tensor      # log D at each chunk's start, relative to its segment's start (≤ 0)
     d_out: torch.Tensor     # log D after the chunk (d_in + c_n), 0 for explicit chunks
     explicit: list[bool]    # chunk decays its state with a multiply (its own decay is below −limit)
@@ -216,30 +195,36 @@ def _fold_plan(c: torch.Tensor) -> _FoldPlan:
     return _FoldPlan(as_tensor(d_in), as_tensor(d_out), explicit, rescale)
 
 
-def _carry_folded(u, W, k, a, plan: _FoldPlan, S0):
-    """``_carry`` without a multiply per chunk: the states are kept as Z_n = S_n / D_n, where D_n
-    is the decay since the start of the chunk's segment (``_fold_plan``). The caller passes
-    W_n = D_n ⊙ W_n and k_n = k_n / D_{n+1} (the factors folded into their exponents), so
+def _carry(u, W, k, a, S0, plan: _FoldPlan | None = None):
+    """The forward loop of ``_Carry`` on plain tensors: overwrites u (holding U) with u = U − W S.
 
-        u_n = U_n − W_n Z_n,    Z_{n+1} = Z_n + k_nᵀ u_n        (2 products, no multiply),
+    a: None (no decay) or [N, BH, 1, 1]. Without a plan every decaying chunk steps as
+    u_n = U_n − W_n S_n, S_{n+1} = a_n S_n + k_nᵀ u_n (two products and a multiply). With a
+    plan (``_fold_plan``, no autograd) the states are kept as Z_n = S_n / D_n, D_n the decay
+    since the start of the chunk's segment; the caller has folded D_n into W_n (and the read's
+    Q) and 1 / D_{n+1} into k_n, so a chunk steps as
 
-    and reads with D_n ⊙ Q. At a segment's end Z is multiplied by D (back to S); explicit
-    chunks (a: [N, BH, 1, 1]) step as in ``_carry``. Every factor is within e^{±2·limit}.
-    Returns the scaled states Z [N + 1, BH, K, V] (Z_N = S_N) and u (overwriting U).
+        u_n = U_n − W_n Z_n,    Z_{n+1} = Z_n + k_nᵀ u_n        (two products, no multiply),
+
+    Z is multiplied by D at a segment's end (back to S), and explicit chunks step as above.
+    Every factor stays within e^{±2·limit}. Per-chunk views come from one ``unbind`` each.
+    Returns the states [N + 1, BH, K, V] (chunk starts, then S_N; Z_n with a plan) and u.
     """
     N = u.shape[0]
     Z = S0.new_empty(N + 1, *S0.shape)  # (N+1, BH, K, V)
     Z[0] = S0
-    Zs, us, Ws, ks, as_ = Z.unbind(0), u.unbind(0), W.unbind(0), k.mT.unbind(0), a.unbind(0)
-    D_end = plan.d_out.exp()[..., None, None].unbind(0)  # (BH, 1, 1) each
+    Zs, us, Ws, ks = Z.unbind(0), u.unbind(0), W.unbind(0), k.mT.unbind(0)
+    as_ = (None,) * N if a is None else a.unbind(0)
+    explicit = [x is not None for x in as_] if plan is None else plan.explicit
+    D_end = None if plan is None else plan.d_out.exp()[..., None, None].unbind(0)  # (BH, 1, 1) each
     for n in range(N):
         us[n].baddbmm_(Ws[n], Zs[n], alpha=-1)  # u_n = U_n − W_n S_n
-        if plan.explicit[n]:
+        if explicit[n]:
             torch.mul(Zs[n], as_[n], out=Zs[n + 1])
-            Zs[n + 1].baddbmm_(ks[n], us[n])
+            Zs[n + 1].baddbmm_(ks[n], us[n])  # S_{n+1} = a_n S_n + k_nᵀ u_n
         else:
-            torch.baddbmm(Zs[n], ks[n], us[n], out=Zs[n + 1])
-        if plan.rescale[n]:
+            torch.baddbmm(Zs[n], ks[n], us[n], out=Zs[n + 1])  # Z_{n+1} = Z_n + k_nᵀ u_n
+        if plan is not None and plan.rescale[n]:
             Zs[n + 1].mul_(D_end[n])
     return Z, u
 
@@ -318,7 +303,6 @@ def _scalar_decay_group(q, k, v, log_alpha, beta, S, out, scale: float, C: int, 
 
     in_place: overwrite the chunked copies and intermediates (forward without autograd).
     """
-    B, T, H, K = q.shape
     q, k, v = _chunks(q, C), _chunks(k, C), _chunks(v, C)  # (N, BH, C, K|V), fresh copies
     beta = _chunks(beta, C)[..., None]  # (N, BH, C, 1)
     q = scaled(q, scale, in_place)  # scale · Q: both read terms (P and the state read) carry it
@@ -333,7 +317,7 @@ def _scalar_decay_group(q, k, v, log_alpha, beta, S, out, scale: float, C: int, 
         D = (g - g.mT).clamp_(max=0.0).exp_()  # (N, BH, C, C)
         A, P = scaled(A, D, in_place), scaled(P, D, in_place)  # A = diag(β) (K Kᵀ ⊙ D); P = (Q Kᵀ) ⊙ D
         a = g[..., -1:, :].exp()  # (N, BH, 1, 1)
-        # without autograd the carry keeps S / D (``_carry_folded``): D_n in e^{g}, 1 / D_{n+1} in e^{g_C − g}
+        # without autograd the carry keeps S / D (``_carry`` with a plan): D_n in e^{g}, 1 / D_{n+1} in e^{g_C − g}
         plan = _fold_plan(g[:, :, -1, 0]) if in_place else None
         d_in, d_out = (0.0, 0.0) if plan is None else (plan.d_in[..., None, None], plan.d_out[..., None, None])
         e_g = (g + d_in).exp()  # (N, BH, C, 1)
@@ -345,7 +329,7 @@ def _scalar_decay_group(q, k, v, log_alpha, beta, S, out, scale: float, C: int, 
     U, W = _UnitLowerSolve.apply(A, scaled(v, beta, in_place), k_beta)  # (N, BH, C, V), (N, BH, C, K)
     # 2. sequential over chunks: u = U − W S_[n] and the state carry (eq. 3)
     if in_place:  # (N+1, BH, K, V), u overwrites U
-        starts, u = _carry(U, W, k, a, S) if plan is None else _carry_folded(U, W, k, a, plan, S)
+        starts, u = _carry(U, W, k, a, S, plan)
         starts, S = starts[:-1], starts[-1]
     else:
         starts, u, S = _Carry.apply(U, W, k, a, S)
@@ -399,7 +383,6 @@ def chunk_key_decay(q, k, v, log_alpha, beta, state, scale: float, C: int, *, er
 
 def _key_decay_group(q, k, v, log_alpha, beta, S, out, scale: float, C: int, *, erase_reads_decayed: bool):
     """``chunk_key_decay`` on one group of tokens; S: [BH, K, V]. Writes o into out [B, t, H, V], returns S."""
-    B, T, H, K = q.shape
     q, k, v, la = (_chunks(x, C) for x in (q * scale, k, v, log_alpha))  # (N, BH, C, K|V)
     beta = _chunks(beta, C)[..., None]  # (N, BH, C, 1)
     G = la.cumsum(-2)  # (N, BH, C, K) inclusive log decay since the chunk start

@@ -160,10 +160,10 @@ def _segment_sums(la: torch.Tensor) -> torch.Tensor:
     wide = torch.float64 if la.dtype != torch.float64 else la.dtype
     g = la.to(wide).cumsum(-1)  # (..., C) prefix sums, inclusive
     if torch.is_grad_enabled() and la.requires_grad:
-        return (g[..., :, None] - g[..., None, :]).to(la.dtype).clamp(max=0.0)
+        return (g[..., :, None] - g[..., None, :]).to(la.dtype).tril()
     out = la.new_empty(*la.shape, la.shape[-1])
     torch.sub(g[..., :, None], g[..., None, :], out=out)  # computed in float64, stored in la's dtype
-    return out.clamp_(max=0.0)  # the upper triangle (future) becomes e^0, masked by the caller
+    return out.tril_()  # the upper triangle (future) becomes e^0, masked by the caller
 
 
 def _intra_scalar(q, k, v, d, scale, in_place=False):
