@@ -147,30 +147,42 @@ def _suffix_sum(x: torch.Tensor, dim: int) -> torch.Tensor:
     return torch.cat([inclusive.narrow(dim, 1, x.shape[dim] - 1), torch.zeros_like(x.narrow(dim, 0, 1))], dim)
 
 
-def _segment_sums(la: torch.Tensor) -> torch.Tensor:
+class _SegmentSums(torch.autograd.Function):
     """Segment sums [..., C] -> [..., C, C]: [i, j] = Σ_{j<s≤i} la_s for i ≥ j, 0 above the diagonal.
 
-    Differences of prefix sums taken in float64 (for float32 or narrower la) and rounded once:
-    the float64 prefix sums carry an absolute error ~|Σ la|·1e-16, far below the float32
-    rounding of the segment sum itself, so each entry is accurate relative to its own size
-    (as a masked cumsum would be) at the cost of one [C, C] pass. float64 la: the plain
-    difference, exponent error ~|Σ la|·eps64. Without autograd the difference is written
-    straight into the result's dtype.
+    Forward: differences of prefix sums taken in float64 (for float32 or narrower la) and
+    rounded once. The float64 prefix sums carry an absolute error ~|Σ la|·1e-16, far below
+    the float32 rounding of the segment sum itself, so each entry is accurate relative to its
+    own size (as a masked cumsum would be), at the cost of one [C, C] pass written straight in
+    la's dtype. float64 la: the plain difference, exponent error ~|Σ la|·eps64.
+    Backward, from g_i − g_j with g = cumsum(la): dg = rowsum − colsum of the lower triangle
+    of the incoming gradient, dla = suffix sums of dg (no [C, C] float64 tensor is kept).
     """
-    wide = torch.float64 if la.dtype != torch.float64 else la.dtype
-    g = la.to(wide).cumsum(-1)  # (..., C) prefix sums, inclusive
-    if torch.is_grad_enabled() and la.requires_grad:
-        return (g[..., :, None] - g[..., None, :]).to(la.dtype).tril()
-    out = la.new_empty(*la.shape, la.shape[-1])
-    torch.sub(g[..., :, None], g[..., None, :], out=out)  # computed in float64, stored in la's dtype
-    return out.tril_()  # the upper triangle (future) becomes e^0, masked by the caller
+
+    @staticmethod
+    def forward(ctx, la):
+        wide = torch.float64 if la.dtype != torch.float64 else la.dtype
+        g = la.to(wide).cumsum(-1)  # (..., C) prefix sums, inclusive
+        out = la.new_empty(*la.shape, la.shape[-1])
+        torch.sub(g[..., :, None], g[..., None, :], out=out)  # computed in float64, stored in la's dtype
+        return out.tril_()  # the upper triangle (future) becomes e^0, masked by the caller
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        lower = grad.tril()  # (..., C, C)
+        dg = lower.sum(-1) - lower.sum(-2)  # ∂/∂g_i of Σ_ij G_ij (g_i − g_j)
+        return dg.flip(-1).cumsum(-1).flip(-1)  # dla_s = Σ_{t≥s} dg_t
+
+
+_segment_sums = _SegmentSums.apply
 
 
 def _intra_scalar(q, k, v, d, scale, in_place=False):
     """Intra-chunk term scale · (Q Kᵀ ⊙ D) V with D_ij = e^{Σ_{j<s≤i} log α_s} [i ≥ j] (eq. A.7).
 
     q, k: [B, H, N, C, K]; v: [B, H, N, C, V]; d: None (no decay) or [B, H, N, C, C], the
-    weights e^{segment sums} (``_segment_sums``; any values above the diagonal, masked here).
+    weights e^{segment sums} (``_SegmentSums``; any values above the diagonal, masked here).
     in_place: weight the fresh Q Kᵀ product in place (no autograd).
     """
     A = _bmm(q, k.transpose(-1, -2), alpha=scale)  # (B, H, N, C, C)
