@@ -159,7 +159,7 @@ class _UnitLowerSolve(torch.autograd.Function):
 
 
 class _FoldPlan(NamedTuple):
-    """How ``_carry`` with a plan applies the per-chunk decay (see there). d_in, d_out: [N, BH]."""
+    """How ``_carry_read`` applies the per-chunk decay (see there). d_in, d_out: [N, BH]."""
     d_in: torch.Tensor      # log D at each chunk's start, relative to its segment's start (≤ 0)
     d_out: torch.Tensor     # log D after the chunk (d_in + c_n), 0 for explicit chunks
     explicit: list[bool]    # chunk decays its state with a multiply (its own decay is below −limit)
@@ -168,65 +168,91 @@ class _FoldPlan(NamedTuple):
 
 def _fold_plan(c: torch.Tensor) -> _FoldPlan:
     """Split the chunks into segments over which the decay can be folded, from c [N, BH], the
-    log decay of each chunk: a segment grows while every head's cumulative log decay stays
-    ≥ −limit (limit = log(dtype max) / 4: 22 in float32, 177 in float64); a chunk whose own
-    decay is below −limit is explicit (a segment of its own, decayed by a multiply)."""
+    log decay of each chunk (limit = log(dtype max) / 4: 22 in float32, 177 in float64).
+
+    1. A chunk whose strongest decay (over heads) is below −limit is explicit: a segment of
+       its own, decayed by a multiply.
+    2. Other chunks join the current segment while the sum of their strongest decays stays
+       ≥ −limit; that sum bounds every head's own log decay over the segment from below, so
+       each head's factors stay within e^{±2·limit}.
+    3. Each head's log decay since its segment's start, from float64 prefix sums over the chunks.
+    """
     limit = math.log(torch.finfo(c.dtype).max) / 4
-    rows = c.tolist()
-    N, BH = c.shape
-    zero = [0.0] * BH
-    d_in, d_out, explicit, rescale = [], [], [], [False] * N
-    cur = zero
-    for n, cn in enumerate(rows):
-        if min(cn) < -limit:
+    N = c.shape[0]
+    worst = c.amin(1).tolist()  # (N,) the strongest decay of each chunk over the heads
+    explicit = [w < -limit for w in worst]
+    first, rescale = [0] * N, [False] * N  # the first chunk of each chunk's segment; segment ends
+    cur = 0.0
+    for n, w in enumerate(worst):
+        if explicit[n] or n == 0 or explicit[n - 1] or cur + w < -limit:  # a new segment starts at n
+            first[n], cur = n, 0.0
             if n:
                 rescale[n - 1] = not explicit[n - 1]
-            d_in.append(zero), d_out.append(zero), explicit.append(True)
-            cur = zero
-            continue
-        nxt = [x + y for x, y in zip(cur, cn)]
-        if min(nxt) < -limit:  # start a new segment at chunk n (n > 0: a lone chunk is ≥ −limit)
-            rescale[n - 1] = not explicit[n - 1]
-            cur, nxt = zero, list(cn)
-        d_in.append(cur), d_out.append(nxt), explicit.append(False)
-        cur = nxt
+        else:
+            first[n] = first[n - 1]
+        cur += w
     rescale[N - 1] = not explicit[N - 1]
-    as_tensor = lambda x: torch.tensor(x, dtype=c.dtype, device=c.device)  # noqa: E731
-    return _FoldPlan(as_tensor(d_in), as_tensor(d_out), explicit, rescale)
+    c64 = c.to(torch.float64)
+    ends = c64.cumsum(0)  # (N, BH): log decay from the group's start to each chunk's end
+    before = F.pad(ends, (0, 0, 1, 0))[torch.tensor(first, device=c.device)]  # (N, BH): ... to the segment's start
+    keep = torch.tensor([not e for e in explicit], dtype=c64.dtype, device=c.device)[:, None]
+    d_out = (ends - before) * keep  # (N, BH)
+    return _FoldPlan((d_out - c64 * keep).to(c.dtype), d_out.to(c.dtype), explicit, rescale)
 
 
-def _carry(u, W, k, a, S0, plan: _FoldPlan | None = None):
+def _carry(u, W, k, a, S0):
     """The forward loop of ``_Carry`` on plain tensors: overwrites u (holding U) with u = U − W S.
 
-    a: None (no decay) or [N, BH, 1, 1]. Without a plan every decaying chunk steps as
-    u_n = U_n − W_n S_n, S_{n+1} = a_n S_n + k_nᵀ u_n (two products and a multiply). With a
-    plan (``_fold_plan``, no autograd) the states are kept as Z_n = S_n / D_n, D_n the decay
-    since the start of the chunk's segment; the caller has folded D_n into W_n (and the read's
-    Q) and 1 / D_{n+1} into k_n, so a chunk steps as
-
-        u_n = U_n − W_n Z_n,    Z_{n+1} = Z_n + k_nᵀ u_n        (two products, no multiply),
-
-    Z is multiplied by D at a segment's end (back to S), and explicit chunks step as above.
-    Every factor stays within e^{±2·limit}. Per-chunk views come from one ``unbind`` each.
-    Returns the states [N + 1, BH, K, V] (chunk starts, then S_N; Z_n with a plan) and u.
+    a: None (no decay) or [N, BH, 1 or K, 1]. Each chunk steps as u_n = U_n − W_n S_n,
+    S_{n+1} = a_n S_n + k_nᵀ u_n (per-chunk views from one ``unbind`` each).
+    Returns the states [N + 1, BH, K, V] (chunk starts, then S_N) and u.
     """
     N = u.shape[0]
     Z = S0.new_empty(N + 1, *S0.shape)  # (N+1, BH, K, V)
     Z[0] = S0
     Zs, us, Ws, ks = Z.unbind(0), u.unbind(0), W.unbind(0), k.mT.unbind(0)
     as_ = (None,) * N if a is None else a.unbind(0)
+    for n in range(N):
+        us[n].baddbmm_(Ws[n], Zs[n], alpha=-1)  # u_n = U_n − W_n S_n
+        if as_[n] is None:
+            torch.baddbmm(Zs[n], ks[n], us[n], out=Zs[n + 1])
+        else:
+            torch.mul(Zs[n], as_[n], out=Zs[n + 1])
+            Zs[n + 1].baddbmm_(ks[n], us[n])  # S_{n+1} = a_n S_n + k_nᵀ u_n
+    return Z, u
+
+
+def _carry_read(u, W, k, q, P, a, S0, plan: _FoldPlan | None = None):
+    """The carry and the read (eqs. 1-3) without autograd: one running state, no stored states.
+
+    u (holding U; overwritten with u), W, k: as in ``_Carry``; q: [N, BH, C, K] the read's
+    scale e^{g} ⊙ Q; P: [N, BH, C, C] the causal intra-chunk weights; a: None or [N, BH, 1, 1].
+    Per chunk: u_n = U_n − W_n S_n, the state read o_n = q_n S_n, then S_{n+1} = a_n S_n + k_nᵀ u_n
+    (three small products; the intra-chunk read P u is batched afterwards).
+
+    With a plan (``_fold_plan``) the state is kept as Z_n = S_n / D_n, D_n the decay since the
+    start of the chunk's segment; the caller has folded D_n into W_n and q_n, and 1 / D_{n+1}
+    into k_n, so a chunk in a segment steps as u_n = U_n − W_n Z_n, Z_{n+1} = Z_n + k_nᵀ u_n
+    (no multiply); Z is multiplied by D at a segment's end (back to S), explicit chunks step
+    as above. Returns o [N, BH, C, V] and the final state [BH, K, V].
+    """
+    N = u.shape[0]
+    Z = S0.clone(memory_format=torch.contiguous_format)  # (BH, K, V), the caller's state is kept
+    o = torch.empty_like(u)  # (N, BH, C, V)
+    us, Ws, ks, qs, os_ = u.unbind(0), W.unbind(0), k.mT.unbind(0), q.unbind(0), o.unbind(0)
+    as_ = (None,) * N if a is None else a.unbind(0)
     explicit = [x is not None for x in as_] if plan is None else plan.explicit
     D_end = None if plan is None else plan.d_out.exp()[..., None, None].unbind(0)  # (BH, 1, 1) each
     for n in range(N):
-        us[n].baddbmm_(Ws[n], Zs[n], alpha=-1)  # u_n = U_n − W_n S_n
+        us[n].baddbmm_(Ws[n], Z, alpha=-1)  # u_n = U_n − W_n Z_n
+        torch.bmm(qs[n], Z, out=os_[n])  # the state read q_n Z_n (eq. 2)
         if explicit[n]:
-            torch.mul(Zs[n], as_[n], out=Zs[n + 1])
-            Zs[n + 1].baddbmm_(ks[n], us[n])  # S_{n+1} = a_n S_n + k_nᵀ u_n
-        else:
-            torch.baddbmm(Zs[n], ks[n], us[n], out=Zs[n + 1])  # Z_{n+1} = Z_n + k_nᵀ u_n
+            Z.mul_(as_[n])
+        Z.baddbmm_(ks[n], us[n])  # Z_{n+1} = (a_n) Z_n + k_nᵀ u_n
         if plan is not None and plan.rescale[n]:
-            Zs[n + 1].mul_(D_end[n])
-    return Z, u
+            Z.mul_(D_end[n])
+    o.flatten(0, 1).baddbmm_(P.flatten(0, 1), u.flatten(0, 1))  # + P u (eq. 2)
+    return o, Z
 
 
 class _Carry(torch.autograd.Function):
@@ -327,15 +353,13 @@ def _scalar_decay_group(q, k, v, log_alpha, beta, S, out, scale: float, C: int, 
     P = P.tril_()  # causal
     # 1. UT transform, all chunks at once: [U | W] = T [β ⊙ V | β e^{g} ⊙ K]
     U, W = _UnitLowerSolve.apply(A, scaled(v, beta, in_place), k_beta)  # (N, BH, C, V), (N, BH, C, K)
-    # 2. sequential over chunks: u = U − W S_[n] and the state carry (eq. 3)
-    if in_place:  # (N+1, BH, K, V), u overwrites U
-        starts, u = _carry(U, W, k, a, S, plan)
-        starts, S = starts[:-1], starts[-1]
+    # 2. sequential over chunks: u = U − W S_[n], the state carry (eq. 3) and 3. the read (eq. 2)
+    if in_place:
+        o, S = _carry_read(U, W, k, q, P, a, S, plan)  # (N, BH, C, V), u overwrites U
     else:
         starts, u, S = _Carry.apply(U, W, k, a, S)
-    # 3. read (eq. 2): P u + (scale e^{g} ⊙ Q) S_[n]
-    o = (P @ u).flatten(0, 1).baddbmm_(q.flatten(0, 1), starts.flatten(0, 1))  # (N*BH, C, V)
-    _write_out(out, o.view(u.shape))
+        o = (P @ u).flatten(0, 1).baddbmm_(q.flatten(0, 1), starts.flatten(0, 1)).view(u.shape)  # (N, BH, C, V)
+    _write_out(out, o)
     return S
 
 
