@@ -31,8 +31,10 @@ u = U − W S_[n] and (3) run per chunk (``_Carry``, two small matmuls and a sca
 with a hand-written backward), and (2)'s state term is one batched matmul against
 the stacked chunk-start states afterwards. Without autograd (inference, or inputs
 that do not require grad) the chunked copies are overwritten in place
-(``inplace.py``) and the carry keeps the decay folded into W, k and the read
-(``_carry`` with a plan: two matmuls per chunk, no scale), the same values to rounding.
+(``inplace.py``), the carry keeps the decay folded into W, k and the read, and the
+state term of (2) is read inside the loop from one running state (``_carry_read`` with a
+``_fold_plan``: three small matmuls per chunk, no scale, no stored states), the same
+values to rounding.
 
 Numerics (log_alpha ≤ 0): every exponent evaluated is a difference
 G_later − G_earlier ≤ 0, so nothing overflows whatever the decay; a factor
@@ -343,7 +345,7 @@ def _scalar_decay_group(q, k, v, log_alpha, beta, S, out, scale: float, C: int, 
         D = (g - g.mT).clamp_(max=0.0).exp_()  # (N, BH, C, C)
         A, P = scaled(A, D, in_place), scaled(P, D, in_place)  # A = diag(β) (K Kᵀ ⊙ D); P = (Q Kᵀ) ⊙ D
         a = g[..., -1:, :].exp()  # (N, BH, 1, 1)
-        # without autograd the carry keeps S / D (``_carry`` with a plan): D_n in e^{g}, 1 / D_{n+1} in e^{g_C − g}
+        # without autograd the carry keeps S / D (``_carry_read`` with a plan): D_n in e^{g}, 1 / D_{n+1} in e^{g_C − g}
         plan = _fold_plan(g[:, :, -1, 0]) if in_place else None
         d_in, d_out = (0.0, 0.0) if plan is None else (plan.d_in[..., None, None], plan.d_out[..., None, None])
         e_g = (g + d_in).exp()  # (N, BH, C, 1)

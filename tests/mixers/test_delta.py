@@ -376,7 +376,7 @@ def test_default_chunk_size_is_the_ops_choice():
 def test_forward_without_grad_overwrites_only_its_own_copies(fn, b, h):
     """The no-grad forward works in place on its chunked copies: the caller's tensors are unchanged
     (also at B = H = 1, where chunking is a pure reshape) and the result is the autograd path's
-    (to rounding: its carry keeps the decay folded, ``_carry`` with a ``_fold_plan``)."""
+    (to rounding: its carry keeps the decay folded, ``_carry_read`` with a ``_fold_plan``)."""
     x = make_inputs(37, "scalar", b=b, h=h)
     before = {n: t.clone() for n, t in x.items()}
     with torch.no_grad():
@@ -391,7 +391,7 @@ def test_forward_without_grad_overwrites_only_its_own_copies(fn, b, h):
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_folded_carry_with_segments_and_explicit_chunks(dtype):
-    """No-grad carry (``_carry`` with a ``_fold_plan``) on a decay that makes every kind of step: multi-chunk
+    """No-grad carry (``_carry_read`` with a ``_fold_plan``) on a decay that makes every kind of step: multi-chunk
     segments with rescaling at their ends, and chunks too strong to fold (explicit multiply)."""
     from assocmem.mixers.ops.delta_chunk import _fold_plan
 
