@@ -194,12 +194,13 @@ def _fold_plan(c: torch.Tensor) -> _FoldPlan:
             first[n] = first[n - 1]
         cur += w
     rescale[N - 1] = not explicit[N - 1]
-    c64 = c.to(torch.float64)
-    ends = c64.cumsum(0)  # (N, BH): log decay from the group's start to each chunk's end
-    before = F.pad(ends, (0, 0, 1, 0))[torch.tensor(first, device=c.device)]  # (N, BH): ... to the segment's start
-    keep = torch.tensor([not e for e in explicit], dtype=c64.dtype, device=c.device)[:, None]
-    d_out = (ends - before) * keep  # (N, BH)
-    return _FoldPlan((d_out - c64 * keep).to(c.dtype), d_out.to(c.dtype), explicit, rescale)
+    # prefix sums from the group's start to each chunk's start (index n) and end (n + 1); a chunk's
+    # values depend on the chunks up to it only, so outputs stay causal bit for bit
+    sums = F.pad(c.to(torch.float64).cumsum(0), (0, 0, 1, 0))  # (N + 1, BH)
+    before = sums[torch.tensor(first, device=c.device)]  # (N, BH): ... to the segment's start
+    keep = torch.tensor([not e for e in explicit], dtype=sums.dtype, device=c.device)[:, None]
+    d_in, d_out = (sums[:-1] - before) * keep, (sums[1:] - before) * keep  # (N, BH)
+    return _FoldPlan(d_in.to(c.dtype), d_out.to(c.dtype), explicit, rescale)
 
 
 def _carry(u, W, k, a, S0):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib.util
+import math
 from pathlib import Path
 
 import pytest
@@ -408,3 +409,26 @@ def test_folded_carry_with_segments_and_explicit_chunks(dtype):
     tol = EXACT if dtype == torch.float64 else {}
     torch.testing.assert_close(o, ref.to(dtype), **tol)
     torch.testing.assert_close(S, S_ref.to(dtype), **tol)
+
+
+def test_fold_plan_is_causal_and_consistent():
+    """``_fold_plan``: a chunk's log decays depend on the chunks up to it only (bit for bit), and within
+    a segment each chunk starts where the previous one ended (d_in[n + 1] == d_out[n] exactly)."""
+    from assocmem.mixers.ops.delta_chunk import _fold_plan
+
+    g = torch.Generator().manual_seed(0)
+    c = -30.0 * torch.rand(40, 6, generator=g, dtype=torch.float64)  # float64: limit 177, several segments
+    plan = _fold_plan(c)
+    assert sum(plan.rescale) > 2 and not any(plan.explicit)
+    for n in range(39):
+        if not plan.rescale[n]:
+            assert torch.equal(plan.d_in[n + 1], plan.d_out[n])
+        else:
+            assert torch.equal(plan.d_in[n + 1], torch.zeros(6, dtype=c.dtype))
+        assert plan.d_out[n].min() >= -math.log(torch.finfo(c.dtype).max) / 4
+    for cut in (5, 17, 33):
+        later = c.clone()
+        later[cut:] -= torch.rand(40 - cut, 6, generator=g, dtype=c.dtype)
+        other = _fold_plan(later)
+        assert torch.equal(other.d_in[:cut], plan.d_in[:cut]) and torch.equal(other.d_out[:cut], plan.d_out[:cut])
+        assert other.rescale[:cut - 1] == plan.rescale[:cut - 1]
