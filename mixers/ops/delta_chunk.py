@@ -345,6 +345,7 @@ def _scalar_decay_group(q, k, v, log_alpha, beta, S, out, scale: float, C: int, 
         # the solve reads only the strictly lower part of A, and P is made causal by tril_
         D = (g - g.mT).clamp_(max=0.0).exp_()  # (N, BH, C, C)
         A, P = scaled(A, D, in_place), scaled(P, D, in_place)  # A = diag(β) (K Kᵀ ⊙ D); P = (Q Kᵀ) ⊙ D
+        del D  # every [N, BH, ·, ·] intermediate is dropped as soon as it is used up (a smaller heap to fault in)
         a = g[..., -1:, :].exp()  # (N, BH, 1, 1)
         # without autograd the carry keeps S / D (``_carry_read`` with a plan): D_n in e^{g}, 1 / D_{n+1} in e^{g_C − g}
         plan = _fold_plan(g[:, :, -1, 0]) if in_place else None
@@ -356,6 +357,7 @@ def _scalar_decay_group(q, k, v, log_alpha, beta, S, out, scale: float, C: int, 
     P = P.tril_()  # causal
     # 1. UT transform, all chunks at once: [U | W] = T [β ⊙ V | β e^{g} ⊙ K]
     U, W = _UnitLowerSolve.apply(A, scaled(v, beta, in_place), k_beta)  # (N, BH, C, V), (N, BH, C, K)
+    del A, v, k_beta
     # 2. sequential over chunks: u = U − W S_[n], the state carry (eq. 3) and 3. the read (eq. 2)
     if in_place:
         o, S = _carry_read(U, W, k, q, P, a, S, plan)  # (N, BH, C, V), u overwrites U
