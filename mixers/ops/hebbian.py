@@ -315,8 +315,10 @@ def _chunks_forward(q, k, v, beta, la, S0, scale, in_place=False):
         else:
             d = _segment_sums(la).exp_()  # (B, H, N, C, C): e^{Σ_{j<s≤i} log α_s}, 1 above the diagonal
             intra = _intra_scalar(q, kc, v, d, scale, in_place)
-            e_suffix = d[..., -1, :, None]  # (B, H, N, C, 1): row C, e^{Σ_{s>j} log α_s}
+            e_suffix = d[..., -1, :, None].clone()  # (B, H, N, C, 1): row C, e^{Σ_{s>j} log α_s}
+            del d  # the [C, C] weights are used up: a smaller heap to fault back in on the next call
         U = _bmm((kc * e_suffix).transpose(-1, -2), v)  # (B, H, N, K, V)
+        del kc, e_suffix
     states, S = _CarryStates.apply(S0, U, g_end.transpose(-1, -2).exp())  # a_n: (B, H, N, K or 1, 1)
     return _bmm(q_g, states, alpha=scale, add=intra, in_place=in_place), S  # (B, H, N, C, V)
 
