@@ -74,10 +74,11 @@ _SUB_CHUNK = 16  # per-key decay: largest sub-chunk (a divisor of chunk_size) wi
 def default_chunk_size(K: int) -> int:
     """C when the caller passes chunk_size=None: min(64, max(16, K // 2)).
 
-    Measured on the 2-core CPU (B=1, H=4, T=2048 and 8192, fp32, Gated DeltaNet): at K=64,
-    C=32 is 10-15 % faster than C=64 forward and about as fast forward+backward (the sequential
-    carry's two [C, K] x [K, V] products stay cheap while the C² and C³ terms shrink); at
-    K=128, C=64 is faster than 32. The result does not depend on C (to rounding).
+    Measured on 2-core CPUs (B=1, H=4, T=2048 and 8192, fp32, Gated DeltaNet): at K=64,
+    C=32 is 2-15 % faster than C=64 forward (depending on the machine) and about as fast
+    forward+backward (the sequential carry's [C, K] x [K, V] products stay cheap while the C²
+    and C³ terms shrink); at K=128, C=64 is faster than 32. The result does not depend on C
+    (to rounding).
     """
     return min(64, max(16, K // 2))
 
