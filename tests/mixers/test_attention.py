@@ -1,13 +1,11 @@
 """Softmax attention: ops (recurrent vs SDPA vs FLA's naive reference) and the Attention module."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
 
 from assocmem.mixers.attention import Attention, AttentionState, apply_rope, rope_angles
+from assocmem.mixers.external import _fla_naive
 from assocmem.mixers.ops.attention import recurrent_softmax_attention, sdpa_softmax_attention
 
 F64 = dict(atol=1e-12, rtol=0)
@@ -17,13 +15,9 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # tests/mixers/conftest.py
 
 
 def _fla_naive_attn():
-    spec = importlib.util.find_spec("fla")
-    if spec is None:
+    mod = _fla_naive("attn")
+    if mod is None:
         pytest.skip("fla-core not installed")
-    path = Path(spec.submodule_search_locations[0]) / "ops" / "attn" / "naive.py"
-    mod_spec = importlib.util.spec_from_file_location("fla_attn_naive", path)
-    mod = importlib.util.module_from_spec(mod_spec)
-    mod_spec.loader.exec_module(mod)
     return mod.naive_parallel_attn
 
 
