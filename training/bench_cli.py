@@ -1,6 +1,7 @@
-"""`assocmem bench mixers|decode`: benchmark scripts that print a table and write JSON.
+"""`assocmem bench mixers|breakdown|decode|train`: benchmark scripts that print a table and write JSON.
 
 Timings are ratios measured in one run on a noisy machine; nothing here is asserted in tests.
+An existing --json/--markdown file is refused (before anything runs) unless --overwrite.
 """
 from __future__ import annotations
 
@@ -34,8 +35,88 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     from .bench_train import register_train
 
+    b = kinds.add_parser("breakdown", help="where one form's time goes: products, solve, copies, elementwise",
+                         description=_module_doc("assocmem.mixers.breakdown"),
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    b.add_argument("family", nargs="?", default="gated_deltanet", help="mixer preset (default: gated_deltanet)")
+    b.add_argument("--form", default="auto", help="form to profile (default: the one lower() picks)")
+    b.add_argument("--seq-len", type=int, default=2048, metavar="T")
+    b.add_argument("--chunk-size", type=int, default=None, metavar="C", help="default: the op's own")
+    b.add_argument("--mode", choices=["fwd", "fwdbwd"], default="fwd")
+    b.add_argument("--repeats", type=int, default=11, help="timed calls (median) before the profiled ones")
+    b.add_argument("--threads", type=int, default=None, metavar="N", help="torch intra-op threads")
+    b.add_argument("--json", type=Path, metavar="PATH", help="write the breakdown as JSON")
+    b.set_defaults(func=_breakdown)
     register_decode(kinds)
     register_train(kinds)
+    for kind, parser in kinds.choices.items():  # every bench writes measurements that took minutes to take
+        parser.add_argument("--overwrite", action="store_true",
+                            help="replace existing --json/--markdown files (default: refuse before running)")
+        parser.set_defaults(func=_refusing_existing(f"assocmem bench {kind}", parser.get_default("func")))
+
+
+def _module_doc(module: str) -> str:
+    import importlib
+
+    return importlib.import_module(module).__doc__ or ""
+
+
+def _breakdown(args: argparse.Namespace) -> int:
+    import torch
+
+    from assocmem.mixers.breakdown import breakdown, format_breakdown
+
+    for flag, value, low in (("--seq-len", args.seq_len, 1), ("--repeats", args.repeats, 1),
+                             ("--threads", args.threads, 1), ("--chunk-size", args.chunk_size, 1)):
+        if value is not None and value < low:
+            print(f"assocmem bench breakdown: {flag} must be >= {low}, got {value}", file=sys.stderr)
+            return 2
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    try:
+        result = breakdown(args.family, form=args.form, T=args.seq_len, chunk_size=args.chunk_size,
+                           mode=args.mode, repeats=args.repeats)
+    except (KeyError, ValueError) as err:
+        print(f"assocmem bench breakdown: {err.args[0] if err.args else err}", file=sys.stderr)
+        return 2
+    print("\n".join(format_breakdown(result)))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2))
+        print(f"wrote {args.json}")
+    return 0
+
+
+def output_problem(args: argparse.Namespace) -> str | None:
+    """Why the bench's output files (``--json``, ``--markdown``) cannot be written, or None.
+
+    An existing file is refused unless ``--overwrite``: a bench's numbers come from one run on
+    one machine and cannot be regenerated. Checked before the bench runs, so nothing is wasted.
+    """
+    for flag in ("json", "markdown"):
+        path = getattr(args, flag, None)
+        if path is None:
+            continue
+        if path.is_dir():
+            example = path / ("bench.md" if flag == "markdown" else "bench.json")
+            return f"--{flag} {path} is a folder; give a file path such as {example}"
+        if path.exists() and not args.overwrite:
+            return f"--{flag} {path} exists; pass --overwrite to replace it, or choose another path"
+        if not path.parent.is_dir():
+            return f"--{flag} {path}: folder {path.parent} does not exist; create it first"
+    return None
+
+
+def _refusing_existing(prog: str, run):
+    """``run`` (a bench's CLI function) behind ``output_problem``: exit status 2 with the reason."""
+
+    def guarded(args: argparse.Namespace) -> int:
+        problem = output_problem(args)
+        if problem is not None:
+            print(f"{prog}: {problem}", file=sys.stderr)
+            return 2
+        return run(args)
+
+    return guarded
 
 
 def _mixers(args: argparse.Namespace) -> int:

@@ -7,7 +7,9 @@ code). The table below is the explicit list: no plugin discovery.
 
     assocmem derive SPEC            memories/cli.py
     assocmem verify [NAME ...]      mixers/verify_cli.py
-    assocmem bench mixers|decode    mixers/bench.py, models/bench.py (via bench_cli)
+    assocmem bench mixers|breakdown|decode|train
+                                    mixers/bench.py, mixers/breakdown.py, models/bench.py,
+                                    training/bench_train.py (via training/bench_cli.py)
     assocmem train CONFIG / eval    training/run_cli.py
     assocmem probe <name> ...       probes/cli.py
     assocmem demo                   training/demo.py

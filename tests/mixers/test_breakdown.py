@@ -1,0 +1,70 @@
+"""`assocmem bench breakdown`: op kinds, product FLOPs from shapes, the report's structure (no timing assertions)."""
+import json
+import math
+
+import pytest
+import torch
+
+from assocmem.mixers.breakdown import KINDS, REST, breakdown, format_breakdown, kind_of, product_flops, profile_kinds
+
+
+def test_product_flops_from_recorded_shapes():
+    assert product_flops("aten::bmm", [[4, 32, 64], [4, 64, 48]]) == 2 * 4 * 32 * 64 * 48
+    assert product_flops("aten::baddbmm_", [[4, 32, 48], [4, 32, 64], [4, 64, 48], [], []]) == 2 * 4 * 32 * 64 * 48
+    assert product_flops("aten::mm", [[32, 64], [64, 16]]) == 2 * 32 * 64 * 16
+    assert product_flops("aten::addmm", [[16], [32, 64], [64, 16], [], []]) == 2 * 32 * 64 * 16
+    assert product_flops("aten::bmm", []) == 0.0  # shapes not recorded
+
+
+def test_kind_of_separates_the_per_chunk_carry_from_batched_products():
+    assert kind_of("aten::baddbmm_", [[4, 32, 64], [4, 32, 64], [4, 64, 64], [], []], BH=4) == "matmul, per-chunk"
+    assert kind_of("aten::bmm", [[256, 32, 64], [256, 64, 32]], BH=4) == "matmul, batched"
+    assert kind_of("aten::mm", [[32, 64], [64, 16]], BH=4) == "matmul, batched"
+    assert kind_of("aten::linalg_solve_triangular", [], BH=4) == "triangular solve"
+    assert kind_of("aten::clone", [], BH=4) == "copies"
+    assert kind_of("aten::exp", [], BH=4) == "elementwise"
+    assert kind_of("aten::select", [], BH=4) == REST
+
+
+def test_profile_kinds_counts_ops_and_flops_per_kind():
+    a, b = torch.randn(4, 8, 16), torch.randn(4, 16, 8)
+    x, y = torch.randn(32, 8, 16), torch.randn(32, 16, 8)
+
+    def call():
+        torch.bmm(a, b)
+        torch.bmm(x, y)
+        torch.bmm(x, y)
+        x.clone().exp_()
+        x.view(-1)
+
+    us, count, flops = profile_kinds(call, calls=2, BH=4)
+    assert count["matmul, per-chunk"] == 2 and count["matmul, batched"] == 4
+    assert flops["matmul, per-chunk"] == 2 * (2 * 4 * 8 * 16 * 8)
+    assert flops["matmul, batched"] == 4 * (2 * 32 * 8 * 16 * 8)
+    assert count["elementwise"] == 2 and count["copies"] >= 2
+    assert all(t >= 0 for t in us.values())
+
+
+def test_gated_deltanet_breakdown_counts_the_carry_products():
+    """The no-grad GDN chunk form runs three [C, K] x [K, V] products per chunk in its carry
+    (u = U − W S, the read q S, the write kᵀ u): their FLOPs, read off the profiled shapes, are exact."""
+    B, H, K, V, T = 1, 4, 64, 64, 256
+    r = breakdown("gdn", T=T, B=B, H=H, K=K, V=V, repeats=1, profiled_calls=1, peak=100.0)
+    json.dumps(r)
+    assert r["family"] == "gated_deltanet" and r["form"] == "chunk" and r["chunk_size"] == 32
+    kinds = {k["kind"]: k for k in r["kinds"]}
+    assert tuple(kinds) == KINDS
+    C, N = r["chunk_size"], T // r["chunk_size"]
+    carry = kinds["matmul, per-chunk"]
+    assert carry["calls"] == 3 * N
+    assert carry["gflops"] is not None and carry["gflops"] > 0
+    assert r["product_gflop"] * 1e9 > 3 * N * 2 * B * H * C * K * V
+    assert math.isclose(sum(k["share"] for k in kinds.values()), 1.0, rel_tol=1e-9) or kinds[REST]["ms"] == 0.0
+    assert 0 < r["share_of_peak"] <= r["share_if_only_products"]
+    text = "\n".join(format_breakdown(r))
+    assert "matmul, per-chunk" in text and "if every op but the products took no time" in text
+
+
+def test_breakdown_refuses_a_chunk_size_for_forms_without_chunks():
+    with pytest.raises(ValueError, match="chunk forms; the 'sdpa' form"):
+        breakdown("softmax", T=16, chunk_size=8, repeats=1, profiled_calls=1, peak=1.0)
