@@ -37,11 +37,11 @@ def test_profile_kinds_counts_ops_and_flops_per_kind():
         x.clone().exp_()
         x.view(-1)
 
-    us, count, flops = profile_kinds(call, calls=2, BH=4)
-    assert count["matmul, per-chunk"] == 2 and count["matmul, batched"] == 4
-    assert flops["matmul, per-chunk"] == 2 * (2 * 4 * 8 * 16 * 8)
-    assert flops["matmul, batched"] == 4 * (2 * 32 * 8 * 16 * 8)
-    assert count["elementwise"] == 2 and count["copies"] >= 2
+    us, count, flops = profile_kinds(call, calls=2, BH=4)  # per call
+    assert count["matmul, per-chunk"] == 1 and count["matmul, batched"] == 2
+    assert flops["matmul, per-chunk"] == 2 * 4 * 8 * 16 * 8
+    assert flops["matmul, batched"] == 2 * (2 * 32 * 8 * 16 * 8)
+    assert count["elementwise"] == 1 and count["copies"] >= 1 and count[REST] >= 1
     assert all(t >= 0 for t in us.values())
 
 
@@ -59,7 +59,8 @@ def test_gated_deltanet_breakdown_counts_the_carry_products():
     assert carry["calls"] == 3 * N
     assert carry["gflops"] is not None and carry["gflops"] > 0
     assert r["product_gflop"] * 1e9 > 3 * N * 2 * B * H * C * K * V
-    assert math.isclose(sum(k["share"] for k in kinds.values()), 1.0, rel_tol=1e-9) or kinds[REST]["ms"] == 0.0
+    assert math.isclose(sum(k["share"] for k in kinds.values()), 1.0, rel_tol=1e-9)
+    assert math.isclose(sum(k["ms"] for k in kinds.values()), r["ms"], rel_tol=1e-9)
     assert 0 < r["share_of_peak"] <= r["share_if_only_products"]
     text = "\n".join(format_breakdown(r))
     assert "matmul, per-chunk" in text and "if every op but the products took no time" in text
