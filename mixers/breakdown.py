@@ -10,6 +10,7 @@ family runs on the bench's inputs (B=1, H=4, K=V=64, fp32 by default):
        matmul, per-chunk    bmm/baddbmm/mm whose batch is B·H: the sequential carry
        matmul, batched      the products batched over chunks (and any mm)
        triangular solve     linalg_solve_triangular (the UT transform's diagonal blocks)
+       fused attention      scaled_dot_product_attention's kernel (the sdpa form)
        copies               copy_, clone, pad, cat, stack, index: data moved, no FLOPs
        elementwise          exp, mul, cumsum, tril, clamp, reductions: every other op that
                             computes
@@ -52,7 +53,9 @@ NO_WORK_OPS = frozenset({
     "aten::item", "aten::_local_scalar_dense", "aten::zero_", "aten::fill_", "aten::zeros", "aten::zeros_like",
     "aten::ones", "aten::eye", "aten::arange", "aten::scalar_tensor", "aten::tensor", "aten::detach_"})
 REST = "views, allocation, dispatch"
-KINDS = ("matmul, per-chunk", "matmul, batched", "triangular solve", "copies", "elementwise", REST)
+FUSED = "fused attention (sdpa)"
+KINDS = ("matmul, per-chunk", "matmul, batched", "triangular solve", FUSED, "copies", "elementwise", REST)
+COMPILED_FORMS = frozenset({"scan"})  # generated kernels: the profiler does not split them into ops
 
 
 @dataclass
@@ -83,6 +86,8 @@ def kind_of(name: str, shapes: list, BH: int) -> str:
         return "matmul, per-chunk" if first is not None and first[0] == BH else "matmul, batched"
     if name in SOLVE_OPS:
         return "triangular solve"
+    if "scaled_dot_product" in name:
+        return FUSED
     if name in COPY_OPS:
         return "copies"
     return REST if name in NO_WORK_OPS else "elementwise"
@@ -136,6 +141,9 @@ def breakdown(family: str, *, form: str = "auto", T: int = 2048, B: int = 1, H: 
     spec = get_preset(family)
     family = ALIASES.get(family, family)
     lowered = lower(spec, form)
+    if lowered.name in COMPILED_FORMS:
+        raise ValueError(f"the {lowered.name!r} form of {family} runs torch.compile'd kernels, which the profiler "
+                         f"does not split into ops; time it with `assocmem bench mixers`, or profile --form recurrent")
     case = make_case(spec, B=B, T=T, H=H, K=K, V=V, dtype=torch.float32, with_state=False)
     inputs = {n: t.detach() for n, t in case.tensors.items()}
     kw = {} if case.scale is None else {"scale": case.scale}
@@ -179,6 +187,8 @@ def format_breakdown(r: dict) -> list[str]:
              f"{r['ms']:.2f} ms per call (median, unprofiled; {r['profiled_ms']:.2f} ms of op time profiled)",
              f"  {'kind of op':36s} {'ms/call':>8s} {'share':>6s} {'ops/call':>9s} {'GFLOP/s':>8s}"]
     for k in r["kinds"]:
+        if k["kind"] == FUSED and not k["calls"]:
+            continue  # only the sdpa form has one
         gf = f"{k['gflops']:8.1f}" if k["gflops"] else f"{'':8s}"
         lines.append(f"  {k['kind']:36s} {k['ms']:8.2f} {100 * k['share']:5.1f}% {k['calls']:9d} {gf}")
     lines.append(f"  fp32 matmul peak (2048², {torch.get_num_threads()} threads): {r['peak_gflops']:.1f} GFLOP/s; "

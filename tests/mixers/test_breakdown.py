@@ -24,6 +24,7 @@ def test_kind_of_separates_the_per_chunk_carry_from_batched_products():
     assert kind_of("aten::clone", [], BH=4) == "copies"
     assert kind_of("aten::exp", [], BH=4) == "elementwise"
     assert kind_of("aten::select", [], BH=4) == REST
+    assert kind_of("aten::_scaled_dot_product_flash_attention_for_cpu", [], BH=4) == "fused attention (sdpa)"
 
 
 def test_profile_kinds_counts_ops_and_flops_per_kind():
@@ -66,6 +67,15 @@ def test_gated_deltanet_breakdown_counts_the_carry_products():
     assert "matmul, per-chunk" in text and "if every op but the products took no time" in text
 
 
-def test_breakdown_refuses_a_chunk_size_for_forms_without_chunks():
+def test_breakdown_refuses_a_chunk_size_for_forms_without_chunks_and_compiled_forms():
     with pytest.raises(ValueError, match="chunk forms; the 'sdpa' form"):
         breakdown("softmax", T=16, chunk_size=8, repeats=1, profiled_calls=1, peak=1.0)
+    with pytest.raises(ValueError, match="'scan' form of ttt_linear runs torch.compile'd kernels"):
+        breakdown("ttt_linear", T=16, repeats=1, profiled_calls=1, peak=1.0)
+
+
+def test_sdpa_time_is_the_fused_attention_kernel():
+    r = breakdown("softmax", T=256, repeats=1, profiled_calls=1, peak=1.0)
+    kinds = {k["kind"]: k for k in r["kinds"]}
+    assert r["form"] == "sdpa" and kinds["fused attention (sdpa)"]["calls"] >= 1
+    assert "fused attention (sdpa)" in "\n".join(format_breakdown(r))
