@@ -6,10 +6,10 @@ transformers' AutoConfig / AutoModel / AutoModelForCausalLM (model_type "assocme
 from .blocks import Block, SwiGLU
 from .cache import AssocMemCache
 from .config import HybridConfig
-from .modeling import AssocMemConfig, AssocMemForCausalLM, AssocMemModel
+from .modeling import AssocMemConfig, AssocMemForCausalLM, AssocMemModel, output_cache
 from .presets import build_model, get_model_preset, list_model_presets
 
 __all__ = [
     "HybridConfig", "AssocMemConfig", "AssocMemModel", "AssocMemForCausalLM", "AssocMemCache",
-    "Block", "SwiGLU", "build_model", "get_model_preset", "list_model_presets",
+    "Block", "SwiGLU", "output_cache", "build_model", "get_model_preset", "list_model_presets",
 ]

@@ -30,6 +30,7 @@ import torch
 from assocmem.mixers.attention import AttentionState
 
 from .config import HybridConfig
+from .modeling import output_cache
 from .presets import build_model
 
 MODELS = {
@@ -65,7 +66,7 @@ def _fill_cache(model, cache, n: int, gen: torch.Generator) -> None:
 def prepared_cache(model, context: int, *, batch: int, gen: torch.Generator):
     """The cache after `context` tokens (see the module docstring) and its bytes per sequence."""
     prompt = torch.randint(0, model.config.vocab_size, (batch, 8), generator=gen)
-    cache = model(prompt).past_key_values
+    cache = output_cache(model(prompt))
     _fill_cache(model, cache, context, gen)
     return cache, cache.state_bytes() // batch
 
@@ -85,7 +86,7 @@ def time_decode(nets: dict, contexts, *, batch: int, steps: int, warmup: int, se
     for _ in range(warmup + steps):
         for run in runs:
             t0 = time.perf_counter()
-            logits = run["net"](run["token"], past_key_values=run["cache"]).logits
+            logits = run["net"](run["token"], cache=run["cache"]).logits
             run["times"].append(time.perf_counter() - t0)
             run["token"] = logits[:, -1:].argmax(-1)
     return [{"model": r["model"], "context": r["context"], "ms_per_token": 1e3 * statistics.median(r["times"][warmup:]),

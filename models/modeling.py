@@ -29,11 +29,29 @@ from .cache import AssocMemCache
 from .config import HybridConfig
 
 
+# transformers >= 5.24 passes the cache to ``forward`` as ``cache`` and reads it back from the
+# output field ``cache``; earlier releases use ``past_key_values`` for both. The name is read off the
+# installed release once, here, and every forward accepts either keyword (``take_cache``).
+CACHE_FIELD = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
+
+
+def take_cache(cache: AssocMemCache | None, past_key_values: AssocMemCache | None) -> AssocMemCache | None:
+    """The cache a caller passed, under the new keyword (``cache``) or the old one (``past_key_values``)."""
+    if cache is not None and past_key_values is not None:
+        raise ValueError("give the cache once: as cache= (transformers >= 5.24) or as past_key_values=, not both")
+    return cache if cache is not None else past_key_values
+
+
+def output_cache(output) -> AssocMemCache | None:
+    """The cache held by a model output, whichever transformers release made it."""
+    return getattr(output, CACHE_FIELD)
+
+
 class AssocMemConfig(PretrainedConfig):
     """HF config of an assocmem hybrid; ``hybrid`` holds the HybridConfig as a dict."""
 
     model_type = "assocmem"
-    keys_to_ignore_at_inference = ["past_key_values"]
+    keys_to_ignore_at_inference = [CACHE_FIELD]
 
     hybrid: dict | Any = None
     vocab_size: int | None = None
@@ -126,10 +144,11 @@ class AssocMemModel(AssocMemPreTrainedModel):
         return f"{self.config.signature()}/{self._cache_token}"
 
     def forward(self, input_ids: torch.LongTensor | None = None, attention_mask: torch.Tensor | None = None,
-                past_key_values: AssocMemCache | None = None, inputs_embeds: torch.Tensor | None = None,
+                cache: AssocMemCache | None = None, inputs_embeds: torch.Tensor | None = None,
                 use_cache: bool | None = None, output_hidden_states: bool | None = None,
-                return_dict: bool | None = None):
-        """input_ids [B, T] (or inputs_embeds [B, T, d]); attention_mask [B, T] or [B, past + T].
+                return_dict: bool | None = None, past_key_values: AssocMemCache | None = None):
+        """input_ids [B, T] (or inputs_embeds [B, T, d]); attention_mask [B, T] or [B, past + T];
+        cache (or its older name past_key_values): an AssocMemCache to continue from.
 
         hidden_states (when asked): the residual stream entering the first block and after every
         block (before the final norm), L + 1 tensors [B, T, d].
@@ -137,7 +156,7 @@ class AssocMemModel(AssocMemPreTrainedModel):
         h = self._embed(input_ids, inputs_embeds)
         B, T, _ = h.shape
         use_cache = self.config.use_cache if use_cache is None else use_cache
-        cache = self._cache(past_key_values, use_cache)
+        cache = self._cache(take_cache(cache, past_key_values), use_cache)
         mask = self._mask(attention_mask, B, T, 0 if cache is None else cache.seen_tokens)
         hidden = [h] if output_hidden_states else None
         for i, block in enumerate(self.layers):
@@ -148,7 +167,7 @@ class AssocMemModel(AssocMemPreTrainedModel):
                 hidden.append(h)
         if cache is not None:
             cache.seen_tokens += T
-        out = BaseModelOutputWithPast(last_hidden_state=self.norm(h), past_key_values=cache,
+        out = BaseModelOutputWithPast(last_hidden_state=self.norm(h), **{CACHE_FIELD: cache},
                                       hidden_states=None if hidden is None else tuple(hidden))
         return out if return_dict is not False else out.to_tuple()
 
@@ -168,14 +187,14 @@ class AssocMemModel(AssocMemPreTrainedModel):
                              f"allowed 0..{self.config.vocab_size - 1} (vocab_size {self.config.vocab_size})")
         return self.embed_tokens(input_ids)
 
-    def _cache(self, past_key_values, use_cache: bool) -> AssocMemCache | None:
-        if past_key_values is None:
+    def _cache(self, cache, use_cache: bool) -> AssocMemCache | None:
+        if cache is None:
             return self.new_cache() if use_cache else None
-        if not isinstance(past_key_values, AssocMemCache):
-            raise TypeError(f"past_key_values must be an AssocMemCache (from this model's forward or "
-                            f"model.new_cache()), got {type(past_key_values).__name__}")
-        past_key_values.bind(self._signature(), len(self.layers))
-        return past_key_values
+        if not isinstance(cache, AssocMemCache):
+            raise TypeError(f"cache (past_key_values) must be an AssocMemCache (from this model's forward or "
+                            f"model.new_cache()), got {type(cache).__name__}")
+        cache.bind(self._signature(), len(self.layers))
+        return cache
 
     @staticmethod
     def _mask(attention_mask, B: int, T: int, past: int) -> torch.Tensor | None:
@@ -213,13 +232,15 @@ class AssocMemForCausalLM(AssocMemPreTrainedModel, GenerationMixin):
         return self.model.new_cache()
 
     def forward(self, input_ids: torch.LongTensor | None = None, attention_mask: torch.Tensor | None = None,
-                past_key_values: AssocMemCache | None = None, inputs_embeds: torch.Tensor | None = None,
+                cache: AssocMemCache | None = None, inputs_embeds: torch.Tensor | None = None,
                 labels: torch.LongTensor | None = None, use_cache: bool | None = None,
                 output_hidden_states: bool | None = None, return_dict: bool | None = None,
-                logits_to_keep: int = 0):
+                logits_to_keep: int = 0, past_key_values: AssocMemCache | None = None):
         """Logits [B, T, vocab] (the last ``logits_to_keep`` positions if > 0); loss = next-token
-        cross-entropy on ``labels`` (shifted inside; -100 ignored)."""
-        out = self.model(input_ids=input_ids, attention_mask=attention_mask, past_key_values=past_key_values,
+        cross-entropy on ``labels`` (shifted inside; -100 ignored). The cache comes as ``cache``
+        (transformers >= 5.24) or ``past_key_values`` (earlier releases); the output holds it under
+        the installed release's name (``output_cache(out)`` reads it either way)."""
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, cache=take_cache(cache, past_key_values),
                          inputs_embeds=inputs_embeds, use_cache=use_cache, output_hidden_states=output_hidden_states)
         h = out.last_hidden_state
         logits = self.lm_head(h[:, -logits_to_keep:] if logits_to_keep else h)
@@ -228,7 +249,7 @@ class AssocMemForCausalLM(AssocMemPreTrainedModel, GenerationMixin):
             flat = logits[:, :-1].flatten(0, 1)
             flat = flat if flat.dtype in (torch.float32, torch.float64) else flat.float()  # bf16/fp16 -> fp32
             loss = F.cross_entropy(flat, labels[:, 1:].flatten(), ignore_index=-100)
-        result = CausalLMOutputWithPast(loss=loss, logits=logits, past_key_values=out.past_key_values,
+        result = CausalLMOutputWithPast(loss=loss, logits=logits, **{CACHE_FIELD: output_cache(out)},
                                         hidden_states=out.hidden_states)
         return result if return_dict is not False else result.to_tuple()
 

@@ -10,7 +10,7 @@ import torch
 
 from assocmem.memories import Window
 from assocmem.mixers import MixerSpec, get_preset
-from assocmem.models import AssocMemCache, HybridConfig, build_model
+from assocmem.models import AssocMemCache, HybridConfig, build_model, output_cache
 
 TOL = dict(atol=1e-8, rtol=0)
 VOCAB = 64
@@ -55,9 +55,9 @@ def test_prefill_then_decode_equals_full(key):
     x = ids(2, 12)
     full = model(x, use_cache=False).logits
     out = model(x[:, :8])
-    cache, pieces = out.past_key_values, [out.logits]
+    cache, pieces = output_cache(out), [out.logits]
     for t in range(8, 12):
-        out = model(x[:, t:t + 1], past_key_values=cache)
+        out = model(x[:, t:t + 1], cache=cache)
         pieces.append(out.logits)
     torch.testing.assert_close(torch.cat(pieces, 1), full, **TOL)
     assert cache.get_seq_length() == 12
@@ -85,10 +85,10 @@ def test_padded_batch_equals_unpadded(key, side):
     batch, mask = _padded(rows, side, 7)
     out = model(batch, attention_mask=mask)
     nxt = ids(3, 3, seed=9)
-    cache, step_logits = out.past_key_values, []
+    cache, step_logits = output_cache(out), []
     for t in range(3):
         mask = torch.cat([mask, torch.ones(3, 1, dtype=torch.long)], 1)
-        step_logits.append(model(nxt[:, t:t + 1], attention_mask=mask, past_key_values=cache).logits)
+        step_logits.append(model(nxt[:, t:t + 1], attention_mask=mask, cache=cache).logits)
     for i, r in enumerate(rows):
         ref = model(torch.cat([r, nxt[i]])[None], use_cache=False).logits[0]
         real = out.logits[i, 7 - len(r):] if side == "left" else out.logits[i, :len(r)]
@@ -117,9 +117,9 @@ def test_middle_padding_is_rejected_for_recurrent_layers():
 def test_decode_state_is_constant_size_for_recurrent_layers():
     """Recurrent caches do not grow with the prefix; attention caches grow by one pair per token."""
     model = tiny("gdn*3,attn")
-    cache = model(ids(1, 5)).past_key_values
+    cache = output_cache(model(ids(1, 5)))
     before = [[t.shape for t in _tensors(cache[i])] for i in range(4)]
-    model(ids(1, 1), past_key_values=cache)
+    model(ids(1, 1), cache=cache)
     after = [[t.shape for t in _tensors(cache[i])] for i in range(4)]
     assert before[:3] == after[:3]
     assert after[3][0][2] == before[3][0][2] + 1  # keys [B, Hkv, N, K]: N grew by one

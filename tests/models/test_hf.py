@@ -6,7 +6,9 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, DynamicCache
 
-from assocmem.models import AssocMemCache, AssocMemConfig, AssocMemForCausalLM, AssocMemModel, HybridConfig, build_model
+from assocmem.models import (AssocMemCache, AssocMemConfig, AssocMemForCausalLM, AssocMemModel, HybridConfig, build_model,
+                             output_cache)
+from assocmem.models.modeling import CACHE_FIELD
 
 HC = dict(d_model=32, vocab_size=64, num_heads=2, mlp_ratio=2.0)
 
@@ -84,10 +86,10 @@ def test_sampling_generate_uses_cache_and_is_seeded():
     torch.manual_seed(3)
     again = model.generate(x, max_new_tokens=8, do_sample=True, top_k=10, num_return_sequences=2)
     assert out.sequences.tolist() == again.tolist() and out.sequences.shape == (4, 13)
-    cache = out.past_key_values
+    cache = output_cache(out)
     assert isinstance(cache, AssocMemCache) and cache.get_seq_length() == 12  # last token not fed back
     # the returned cache continues exactly like a forward over the whole sequence
-    step = model(out.sequences[:, -1:], past_key_values=cache).logits[:, -1]
+    step = model(out.sequences[:, -1:], cache=cache).logits[:, -1]
     torch.testing.assert_close(step, model(out.sequences, use_cache=False).logits[:, -1])
 
 
@@ -119,7 +121,7 @@ def test_loss_and_hidden_states():
 
 def test_cache_bytes_and_reset():
     model = tiny("gdn,attn")
-    cache = model(ids(1, 5)).past_key_values
+    cache = output_cache(model(ids(1, 5)))
     gdn = model.model.layers[0].mixer
     attn = model.model.layers[1].mixer
     floats = gdn.state_size() + attn.state_size(5)
@@ -139,22 +141,52 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="attention_mask must be"):
         model(ids(2, 5), attention_mask=torch.ones(2, 3))
     with pytest.raises(TypeError, match="must be an AssocMemCache"):
-        model(ids(), past_key_values=DynamicCache())
+        model(ids(), cache=DynamicCache())
     other = tiny(seed=1)  # same architecture, another instance
     with pytest.raises(ValueError, match="from a different model"):
-        model(ids(), past_key_values=other(ids()).past_key_values)
+        model(ids(), cache=output_cache(other(ids())))
     bigger = tiny("gdn,sca,attn,attn")
     with pytest.raises(ValueError, match="from a different model"):
-        model(ids(), past_key_values=bigger(ids()).past_key_values)
+        model(ids(), cache=output_cache(bigger(ids())))
     with pytest.raises(ValueError, match="cannot be cropped"):
-        model(ids()).past_key_values.crop(1)
+        output_cache(model(ids())).crop(1)
 
 
 def test_fresh_cache_binds_to_first_model():
     model = tiny()
     cache = AssocMemCache(3)
     full = model(ids(1, 6), use_cache=False).logits
-    a = model(ids(1, 6)[:, :4], past_key_values=cache).logits
-    b = model(ids(1, 6)[:, 4:], past_key_values=cache).logits
+    a = model(ids(1, 6)[:, :4], cache=cache).logits
+    b = model(ids(1, 6)[:, 4:], cache=cache).logits
     torch.testing.assert_close(torch.cat([a, b], 1), full, atol=1e-10, rtol=0)
     assert cache.signature is not None
+
+
+def _states(cache: AssocMemCache) -> list[torch.Tensor]:
+    from assocmem.models.blocks import state_tensors
+    return [t for i in range(len(cache.layers)) for t in state_tensors(cache[i])]
+
+
+def test_cache_keyword_old_and_new_names_are_one_path():
+    """transformers >= 5.24 passes the cache as ``cache=``, earlier releases as ``past_key_values=``;
+    both give the same logits and the same cache contents, bit for bit, and giving both is refused."""
+    model = tiny()
+    prompt, step = ids(2, 5), ids(2, 3, seed=2)
+    runs = {}
+    for name in ("cache", "past_key_values"):
+        cache = output_cache(model(prompt))
+        out = model(step, **{name: cache})
+        assert output_cache(out) is cache and getattr(out, CACHE_FIELD) is cache
+        runs[name] = (out.logits, _states(cache), cache.get_seq_length())
+    (a, sa, na), (b, sb, nb) = runs["cache"], runs["past_key_values"]
+    torch.testing.assert_close(a, b, atol=0, rtol=0)
+    assert na == nb == 8 and len(sa) == len(sb) > 0
+    for x, y in zip(sa, sb):
+        torch.testing.assert_close(x, y, atol=0, rtol=0)
+    torch.testing.assert_close(a, model(torch.cat([prompt, step], 1), use_cache=False).logits[:, 5:],
+                               atol=1e-10, rtol=0)
+    both = output_cache(model(prompt))
+    with pytest.raises(ValueError, match="give the cache once"):
+        model(step, cache=both, past_key_values=both)
+    with pytest.raises(ValueError, match="give the cache once"):
+        model.model(step, cache=both, past_key_values=both)

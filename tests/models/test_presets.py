@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from assocmem.models import build_model, get_model_preset, list_model_presets
+from assocmem.models import build_model, get_model_preset, list_model_presets, output_cache
 from assocmem.models.presets import TABLE_4_1
 
 
@@ -53,7 +53,7 @@ def test_tiny_presets_run(name):
     model = build_model(name).eval()
     x = torch.randint(0, model.config.vocab_size, (1, 6))
     out = model(x)
-    step = model(x[:, :1], past_key_values=out.past_key_values)
+    step = model(x[:, :1], cache=output_cache(out))
     assert out.logits.shape == (1, 6, model.config.vocab_size)
     assert torch.isfinite(out.logits).all() and torch.isfinite(step.logits).all()
 
