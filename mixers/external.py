@@ -16,6 +16,7 @@ float32 and are compared at a float32 tolerance.
 """
 from __future__ import annotations
 
+import dis
 import importlib.util
 import types
 from dataclasses import dataclass
@@ -85,6 +86,13 @@ def _fold_beta(v: torch.Tensor, beta: torch.Tensor | None) -> torch.Tensor:
 # ------------------------------------------------------------------ transformers
 
 
+def _casts_with_float(fn: Callable) -> bool:
+    """Whether ``fn`` calls ``.float()`` (which the float64 re-binding cannot reach): transformers
+    < 5.20 builds the gated-delta decay mask with ``.exp().float()``."""
+    code = getattr(fn, "__wrapped__", fn).__code__
+    return any(i.opname in ("LOAD_ATTR", "LOAD_METHOD") and i.argval == "float" for i in dis.get_instructions(code))
+
+
 def _qwen3_next(kind: str) -> Callable | None:
     try:
         from transformers.models.qwen3_next import modeling_qwen3_next as m
@@ -108,7 +116,9 @@ def _qwen3_next(kind: str) -> Callable | None:
     def recurrent(q, k, v, *, log_alpha=None, beta=None, scale=None, initial_state=None, output_final_state=False):
         return call(q, k, v, log_alpha, beta, scale, initial_state, output_final_state)
 
-    return chunk if kind == "chunk" else recurrent
+    adapter = chunk if kind == "chunk" else recurrent
+    adapter.reference = ref
+    return adapter
 
 
 def _mamba2_chunk_scan() -> Callable | None:
@@ -229,7 +239,8 @@ def external_references(spec: MixerSpec) -> list[ExternalRef]:
     if cls == "delta" and not isinstance(spec.optimizer, Implicit):
         for kind in ("chunk", "recurrent"):
             if (fn := _qwen3_next(kind)) is not None:
-                refs.append(ExternalRef(f"transformers:qwen3_next.torch_{kind}_gated_delta_rule", fn, F64_ATOL, True))
+                atol = F32_ATOL if _casts_with_float(fn.reference) else F64_ATOL
+                refs.append(ExternalRef(f"transformers:qwen3_next.torch_{kind}_gated_delta_rule", fn, atol, True))
     if cls == "hebbian" and spec.layer.lr_gate == "dt" and (fn := _mamba2_chunk_scan()) is not None:
         # it takes (Δ, A) where we take (β, log α = β·A): gradients are comparable for q, k, v only
         refs.append(ExternalRef("transformers:mamba2.mamba2_chunk_scan", fn, F32_ATOL, True, ("q", "k", "v")))

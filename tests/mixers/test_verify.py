@@ -5,9 +5,12 @@ import json
 
 import pytest
 import torch
+import transformers
+from packaging.version import Version
 
 from assocmem.memories import derive
 from assocmem.mixers import MixerSpec, get_preset, list_presets
+from assocmem.mixers.external import F32_ATOL
 from assocmem.mixers.lower import lower
 from assocmem.mixers.references import hand_written
 from assocmem.mixers.verify import EXACT_ATOL, make_case, max_abs_error, run, verify
@@ -30,11 +33,18 @@ def test_every_pair_passes(results, name):
     assert any("form:" in p for p in pairs), "every preset has at least one exact lowered form"
 
 
+# transformers < 5.20 builds the gated-delta decay mask with ``.float()``, which the float64
+# re-binding of mixers/external.py cannot reach; < 5.15 has no module-level mamba2_chunk_scan.
+TRANSFORMERS = Version(transformers.__version__)
+
+
 def test_external_references_are_exercised(results):
     names = {r.pair for rs in results.values() for r in rs}
-    for ref in ("transformers:qwen3_next.torch_chunk_gated_delta_rule",
-                "transformers:qwen3_next.torch_recurrent_gated_delta_rule",
-                "transformers:mamba2.mamba2_chunk_scan"):
+    refs = ["transformers:qwen3_next.torch_chunk_gated_delta_rule",
+            "transformers:qwen3_next.torch_recurrent_gated_delta_rule"]
+    if TRANSFORMERS >= Version("5.15"):
+        refs.append("transformers:mamba2.mamba2_chunk_scan")
+    for ref in refs:
         assert any(ref in n for n in names), ref
 
 
@@ -42,8 +52,11 @@ def test_gated_deltanet_composition_order(results):
     """RetainThenGD reproduces the published GDN and the transformers reference to 1e-12;
     the joint GD step (thesis eq. 2.58-2.60) does not."""
     gdn = {r.pair: r for r in results["gated_deltanet"]}
+    float64_refs = TRANSFORMERS >= Version("5.20")
     for pair, r in gdn.items():
-        if "transformers:qwen3_next" in pair or "recurrent_delta_rule (hand-written)" in pair:
+        if "transformers:qwen3_next" in pair and r.tolerance == F32_ATOL:  # float32 inside (< 5.20 only)
+            assert not float64_refs and r.passed, (pair, r.max_abs_error)
+        elif "transformers:qwen3_next" in pair or "recurrent_delta_rule (hand-written)" in pair:
             assert r.max_abs_error <= 1e-12, (pair, r.max_abs_error)
     differs = [r for r in results["gated_deltanet"] if r.expect == "differ"]
     assert differs and all(r.max_abs_error > 1e-3 for r in differs)
