@@ -17,7 +17,7 @@ from typing import Protocol
 
 from .bias import L2, CharacteristicFunction, DotProduct, NadarayaWatson
 from .memory import Matrix, NonParametric, Spectral
-from .optimizer import GD, ClosedForm, Implicit, Momentum, RetainThenGD
+from .optimizer import GD, ClosedForm, Implicit, RetainThenGD
 from .retention import KL, L2Decay, NoRetention, Proximal, Window
 
 
@@ -97,7 +97,3 @@ def algebra_class(spec: AxesLike) -> str:
         if isinstance(r, L2Decay) and isinstance(o, GD):
             return "diag_rank1"
     return "scan"
-
-
-def is_momentum(spec: AxesLike) -> bool:
-    return isinstance(spec.optimizer, Momentum)

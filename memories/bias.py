@@ -12,10 +12,10 @@ from typing import Literal
 import torch
 from pydantic import Field
 
-from .memory import _Axis
+from .memory import Axis
 
 
-class DotProduct(_Axis):
+class DotProduct(Axis):
     """ℓ = −⟨f_M(k), v⟩ (eq. 2.44): Hebbian; GD gives M_t = M_{t−1} + β v kᵀ."""
 
     kind: Literal["dot_product"] = "dot_product"
@@ -24,7 +24,7 @@ class DotProduct(_Axis):
         return -(pred * v).sum()
 
 
-class L2(_Axis):
+class L2(Axis):
     """ℓ = ½‖f_M(k) − v‖² (eq. 2.45): online regression; GD gives the delta rule."""
 
     kind: Literal["l2"] = "l2"
@@ -33,7 +33,7 @@ class L2(_Axis):
         return 0.5 * (pred - v).pow(2).sum()
 
 
-class Lp(_Axis):
+class Lp(Axis):
     """ℓ = ‖f_M(k) − v‖_p^p (Moneta-style); ∇ = p·sign(e)|e|^{p−1} kᵀ, e = f(k) − v."""
 
     kind: Literal["lp"] = "lp"
@@ -43,7 +43,7 @@ class Lp(_Axis):
         return (pred - v).abs().pow(self.p).sum()
 
 
-class Huber(_Axis):
+class Huber(Axis):
     """Coordinate-wise Huber loss (Yaad-style); ∇ = clamp(e, −δ, δ) kᵀ."""
 
     kind: Literal["huber"] = "huber"
@@ -56,7 +56,7 @@ class Huber(_Axis):
         return torch.where(a <= self.delta, quad, lin).sum()
 
 
-class NadarayaWatson(_Axis):
+class NadarayaWatson(Axis):
     """Read-out objective of softmax attention over a KV cache (Table 2.1):
 
         o_t = argmin_o Σ_{i ≤ t} exp(s·qᵀk_i) · ½‖o − v_i‖²  =  Σ_i softmax_i(s·qᵀk) v_i
@@ -69,7 +69,7 @@ class NadarayaWatson(_Axis):
         return 0.5 * (weights * (o.unsqueeze(0) - values).pow(2).sum(-1)).sum()
 
 
-class CharacteristicFunction(_Axis):
+class CharacteristicFunction(Axis):
     """SCA's spectral bias (Nautile §2.2): ℓ(S; u, v) = ½‖S − v·e^{iφ}‖², φ = u ⊗ θ.
 
     Weighted by the contribution p_t and minimised in closed form over the

@@ -30,7 +30,7 @@ from .bias import NadarayaWatson
 from .checks import GateNeeds, check_inputs, gate_needs
 from .describe import describe
 from .memory import NonParametric, Spectral, State
-from .optimizer import ClosedForm, Momentum, TokenContext, _dot
+from .optimizer import ClosedForm, Momentum, TokenContext, state_dot
 from .retention import KL, Proximal
 
 __all__ = ["derive", "RecurrentStep"]
@@ -161,7 +161,7 @@ def _spectral_token(bias, den_floor):
         zero = torch.zeros_like(num)
         loss = lambda S: bias.loss(S, u, v, theta)  # noqa: E731
         g0 = grad(loss)(zero)  # = −v e^{iφ}
-        curv = _dot((grad(loss)(torch.ones_like(num)) - g0,), (torch.ones_like(num),)) / num.numel()
+        curv = state_dot((grad(loss)(torch.ones_like(num)) - g0,), (torch.ones_like(num),)) / num.numel()
         return den + p * curv, num - p * g0
 
     return write

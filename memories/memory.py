@@ -21,13 +21,13 @@ from pydantic import BaseModel, ConfigDict, Field
 State = tuple[torch.Tensor, ...]
 
 
-class _Axis(BaseModel):
-    """Base for every axis value: immutable, unknown fields rejected."""
+class Axis(BaseModel):
+    """Base of every axis value (memory, bias, retention, optimizer): immutable, unknown fields rejected."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class Matrix(_Axis):
+class Matrix(Axis):
     """Linear memory S ∈ R^{K×V}; f_S(k) = Sᵀk (linear attention, DeltaNet, ...).
 
     ``norm="layernorm_residual"`` gives TTT-Linear's f_S(k) = k + LN(Sᵀk)
@@ -53,7 +53,7 @@ class Matrix(_Axis):
         return K * V
 
 
-class Diagonal(_Axis):
+class Diagonal(Axis):
     """Elementwise memory s ∈ R^{D}; f_s(k) = s ⊙ k (requires K == V)."""
 
     kind: Literal["diagonal"] = "diagonal"
@@ -68,7 +68,7 @@ class Diagonal(_Axis):
         return V
 
 
-class MLP(_Axis):
+class MLP(Axis):
     """Two-layer MLP memory (TTT-MLP, Titans deep memory): the weights are the state.
 
     f_W(k) = k + act(k W₁) W₂ when K == V (residual), else act(k W₁) W₂.
@@ -97,7 +97,7 @@ class MLP(_Axis):
         return K * self.hidden + self.hidden * V
 
 
-class NonParametric(_Axis):
+class NonParametric(Axis):
     """The memory is the data: a KV cache {(k_i, v_i)} (softmax attention).
 
     ``window=None`` keeps everything (state grows as O(T)); ``window=w`` keeps
@@ -113,7 +113,7 @@ class NonParametric(_Axis):
         return n * (K + V)
 
 
-class Spectral(_Axis):
+class Spectral(Axis):
     """Complex elementwise spectral memory of SeqCond Attention (Nautile §2.2).
 
     Per head, S ∈ C^{D×M}: the (weighted) empirical characteristic function of
@@ -131,4 +131,3 @@ class Spectral(_Axis):
 
 
 Memory = Matrix | Diagonal | MLP | NonParametric | Spectral
-MEMORY_KINDS = ("matrix", "diagonal", "mlp", "nonparametric", "spectral")

@@ -16,7 +16,7 @@ import torch
 from pydantic import Field
 from torch.func import grad, jvp
 
-from .memory import State, _Axis
+from .memory import State, Axis
 
 
 @dataclass
@@ -34,7 +34,8 @@ def _axpy(a, x: State, y: State) -> State:
     return tuple(yi + a * xi for xi, yi in zip(x, y))
 
 
-def _dot(x: State, y: State) -> torch.Tensor:
+def state_dot(x: State, y: State) -> torch.Tensor:
+    """⟨x, y⟩ summed over every tensor of two states of the same memory."""
     return sum((xi * yi).sum() for xi, yi in zip(x, y))
 
 
@@ -44,7 +45,7 @@ def retain(ctx: TokenContext, state: State) -> State:
     return _axpy(-ctx.lr, g, state)
 
 
-class GD(_Axis):
+class GD(Axis):
     """One gradient step on ℓ + R taken at M_{t−1} (eq. 2.58):
 
         M_t = M_{t−1} − η_t ∇[ℓ + R](M_{t−1})
@@ -58,7 +59,7 @@ class GD(_Axis):
         return _axpy(-ctx.lr, g, state)
 
 
-class RetainThenGD(_Axis):
+class RetainThenGD(Axis):
     """Apply retention first, then one GD step on ℓ at the retained state:
 
         M' = M_{t−1} − η_t ∇R(M_{t−1})   (= α_t M_{t−1} for L2 decay)
@@ -73,7 +74,7 @@ class RetainThenGD(_Axis):
         return _axpy(-ctx.lr, grad(ctx.loss)(kept), kept)
 
 
-class Implicit(_Axis):
+class Implicit(Axis):
     """Exact proximal (implicit GD) step after retention (Longhorn):
 
         M_t = argmin_M ℓ(M) + 1/(2η_t) ‖M − M'‖²,   M' = retained M_{t−1}
@@ -95,7 +96,7 @@ class Implicit(_Axis):
         def objective(s: State) -> torch.Tensor:
             diff = _axpy(-1.0, anchor, s)
             prox = ctx.penalty(s, anchor) if ctx.proximal else 0.0
-            return ctx.loss(s) + 0.5 * _dot(diff, diff) / ctx.lr + prox
+            return ctx.loss(s) + 0.5 * state_dot(diff, diff) / ctx.lr + prox
 
         m = anchor
         for _ in range(self.newton_steps):
@@ -110,19 +111,19 @@ def _conjugate_gradient(hvp: Callable[[State], State], b: State, iters: int) -> 
     tiny = torch.finfo(b[0].dtype).tiny
     x = tuple(torch.zeros_like(t) for t in b)
     r, p = b, b
-    rr = _dot(r, r)
+    rr = state_dot(r, r)
     for _ in range(iters):
         hp = hvp(p)
-        a = rr / (_dot(p, hp) + tiny)
+        a = rr / (state_dot(p, hp) + tiny)
         x = _axpy(a, p, x)
         r = _axpy(-a, hp, r)
-        rr_new = _dot(r, r)
+        rr_new = state_dot(r, r)
         p = _axpy(rr_new / (rr + tiny), p, r)
         rr = rr_new
     return x
 
 
-class Momentum(_Axis):
+class Momentum(Axis):
     """GD with momentum (Titans):
 
         m_t = η_t m_{t−1} − θ_t ∇ℓ(M_{t−1})        (θ_t = lr · β_t)
@@ -143,7 +144,7 @@ class Momentum(_Axis):
         return tuple(k + m for k, m in zip(kept, mom)) + mom
 
 
-class ClosedForm(_Axis):
+class ClosedForm(Axis):
     """Exact minimiser of a weighted quadratic objective, accumulated over the
     prefix as sufficient statistics (normalised spectral mean) or solved at
     read time over a KV cache (Nadaraya–Watson). Curvature and linear term are

@@ -16,14 +16,14 @@ from typing import Literal
 import torch
 from pydantic import Field
 
-from .memory import State, _Axis
+from .memory import State, Axis
 
 
 def _sq(state: State) -> list[torch.Tensor]:
     return [s.pow(2) for s in state]
 
 
-class NoRetention(_Axis):
+class NoRetention(Axis):
     """R = 0: nothing is forgotten except what the bias overwrites."""
 
     kind: Literal["none"] = "none"
@@ -32,7 +32,7 @@ class NoRetention(_Axis):
         return state[0].new_zeros(())
 
 
-class L2Decay(_Axis):
+class L2Decay(Axis):
     """Weight-decay retention (eq. 2.51) giving the forget gate α_t ∈ (0, 1]."""
 
     kind: Literal["l2_decay"] = "l2_decay"
@@ -51,7 +51,7 @@ class L2Decay(_Axis):
         return total
 
 
-class Proximal(_Axis):
+class Proximal(Axis):
     """R = λ/2 ‖M − M_{t−1}‖² (eq. 2.47). Its gradient vanishes at M_{t−1}, so it
     only acts through an implicit (proximal) optimizer: Longhorn with β = 1/λ."""
 
@@ -62,7 +62,7 @@ class Proximal(_Axis):
         return 0.5 * self.lam * sum((s - p).pow(2).sum() for s, p in zip(state, prev))
 
 
-class KL(_Axis):
+class KL(Axis):
     """KL retention for a normalised memory (each key row of S is a distribution
     over V). With ``GD`` this is one mirror-descent (exponentiated gradient) step:
 
@@ -75,7 +75,7 @@ class KL(_Axis):
         return sum((s * (torch.log(s) - torch.log(p))).sum() for s, p in zip(state, prev)) / lr
 
 
-class Window(_Axis):
+class Window(Axis):
     """Keep only the last ``size`` associations (sliding-window attention).
     Valid for a NonParametric memory only."""
 

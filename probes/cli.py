@@ -10,11 +10,14 @@ assocmem model preset name (randomly initialised: for smoke tests only).
 """
 from __future__ import annotations
 
-import argparse
-import json
-import shutil
 import sys
 from pathlib import Path
+
+from assocmem.memories.deprecation import moved, names_in
+
+from . import experiment_hybrid
+from . import io as probe_io
+from .io import add_common_flags, write_json
 
 
 def register(subparsers) -> None:
@@ -28,47 +31,7 @@ def register(subparsers) -> None:
     _recall_parser(sub)
     _causality_parser(sub)
     _capacity_parser(sub)
-    from .experiment_hybrid import register as register_hybrid
-
-    register_hybrid(sub, _common)
-
-
-def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", required=True, help="output folder (refused if non-empty, unless --overwrite)")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing non-empty output folder")
-    p.add_argument("--seed", type=int, default=0, help="seed of every random draw (default 0)")
-
-
-def prepare_out(path: str | Path, overwrite: bool) -> Path:
-    """Create the output folder; refuse a non-empty one unless ``overwrite``."""
-    out = Path(path)
-    if out.exists() and any(out.iterdir()):
-        if not overwrite:
-            raise FileExistsError(f"--out {out} exists and is not empty; pass --overwrite to replace it")
-        shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
-    return out
-
-
-def load_model(ref: str):
-    """A causal LM from a saved folder (or run folder) or an assocmem model preset name."""
-    import assocmem.models  # noqa: F401  (registers model_type "assocmem" with transformers)
-    from assocmem.models import build_model, list_model_presets
-    from transformers import AutoModelForCausalLM
-
-    path = Path(ref)
-    if path.is_dir():
-        folder = path / "final" if (path / "final" / "config.json").is_file() else path
-        return AutoModelForCausalLM.from_pretrained(folder).eval(), {"model": str(folder), "trained": True}
-    if ref in list_model_presets():
-        return build_model(ref).eval(), {"model": ref, "trained": False}
-    raise ValueError(f"model {ref!r}: not a folder and not a model preset; presets: {list_model_presets()}")
-
-
-def _write_json(out: Path, name: str, data: dict) -> Path:
-    path = out / f"{name}.json"
-    path.write_text(json.dumps(data, indent=2))
-    return path
+    experiment_hybrid.register(sub)
 
 
 def _run(fn, args) -> int:
@@ -92,7 +55,7 @@ def _graph_parser(sub) -> None:
     g.add_argument("--pca-window", type=int, default=None, help="window of the PCA class means (default W)")
     g.add_argument("--pca-contexts", type=int, nargs="+", default=None, help="context lengths of PCA panels")
     g.add_argument("--batch-size", type=int, default=4, help="walks per forward (default 4)")
-    _common(g)
+    add_common_flags(g)
     g.set_defaults(func=lambda a: _run(_graph_tracing, a))
 
 
@@ -101,8 +64,8 @@ def _graph_tracing(args) -> Path:
 
     from .graph_tracing import save_graph_tracing_figures, trace_graph
 
-    out = prepare_out(args.out, args.overwrite)
-    model, info = load_model(args.model)
+    out = probe_io.prepare_out(args.out, args.overwrite)
+    model, info = probe_io.load_model(args.model)
     report = {**info, "graphs": {}}
     for kind in args.graph:
         graph = make_graph(kind)
@@ -111,7 +74,7 @@ def _graph_tracing(args) -> Path:
                           seed=args.seed)
         save_graph_tracing_figures(res, graph, out, name=f"graph_tracing_{kind}", title=f"{args.model} — {kind}")
         report["graphs"][kind] = res.to_json()
-    _write_json(out, "graph_tracing", report)
+    write_json(out, "graph_tracing", report)
     return out
 
 
@@ -129,7 +92,7 @@ def _recall_parser(sub) -> None:
     r.add_argument("--num-kv-pairs", type=int, nargs="+", default=[2, 4, 8, 16], help="K values evaluated")
     r.add_argument("--vocab-size", type=int, default=256, help="MQAR vocabulary (default 256)")
     r.add_argument("--examples", type=int, default=256, help="test examples per K (default 256)")
-    _common(r)
+    add_common_flags(r)
     r.set_defaults(func=lambda a: _run(_recall, a))
 
 
@@ -138,10 +101,10 @@ def _recall(args) -> Path:
 
     if not args.models and not args.train_mixers:
         raise ValueError("give --models and/or --train-mixers")
-    out = prepare_out(args.out, args.overwrite)
+    out = probe_io.prepare_out(args.out, args.overwrite)
     models, mixer_of = {}, {}
     for ref in args.models:
-        models[ref], _ = load_model(ref)
+        models[ref], _ = probe_io.load_model(ref)
         mixer_of[ref] = Path(ref).name
     trained = train_mqar_models(args.train_mixers, args.d_models, out_dir=out / "runs", seq_len=args.seq_len,
                                 num_kv_pairs=args.train_kv_pairs, vocab_size=args.vocab_size, steps=args.steps,
@@ -152,7 +115,7 @@ def _recall(args) -> Path:
                              vocab_size=args.vocab_size, mixer_of=mixer_of, num_examples=args.examples,
                              seed=args.seed + 1000)
     save_recall_figures(points, out)
-    _write_json(out, "recall", {"seq_len": args.seq_len, "vocab_size": args.vocab_size, **summarize(points)})
+    write_json(out, "recall", {"seq_len": args.seq_len, "vocab_size": args.vocab_size, **summarize(points)})
     return out
 
 
@@ -164,7 +127,7 @@ def _causality_parser(sub) -> None:
     c.add_argument("--seq-len", type=int, default=19, help="sequence length (default 19)")
     c.add_argument("--atol", type=float, default=0.0, help="allowed change (default 0: bit-identical)")
     c.add_argument("--ops", action="store_true", help="also check every exact form of each mixer spec's op")
-    _common(c)
+    add_common_flags(c)
     c.set_defaults(func=lambda a: _run(_causality, a))
 
 
@@ -182,7 +145,7 @@ def _causality(args) -> Path:
     from .causality import model_causality, preset_mixer_causality, spec_causality
     from .plotting import CurvePanel, save_curve_panels
 
-    out = prepare_out(args.out, args.overwrite)
+    out = probe_io.prepare_out(args.out, args.overwrite)
     reports = []
     for target in _expand_targets(args.targets):
         if target in list_presets() or target in ALIASES or Path(target).suffix in (".yaml", ".yml", ".json"):
@@ -196,7 +159,7 @@ def _causality(args) -> Path:
                     if form not in APPROXIMATE:
                         reports.append(spec_causality(s, form=form, seq_len=args.seq_len, atol=args.atol))
         else:
-            model, _ = load_model(target)
+            model, _ = probe_io.load_model(target)
             vocab = int(model.config.vocab_size)
             ids = torch.randint(0, vocab, (2, args.seq_len), generator=torch.Generator().manual_seed(args.seed))
             reports.append(model_causality(model, ids, target=f"model:{target}", atol=args.atol, seed=args.seed))
@@ -207,7 +170,7 @@ def _causality(args) -> Path:
                        {r.target: (list(range(r.seq_len)), [v + 1e-300 for v in r.leak]) for r in reports},
                        logx=False, logy=True)
     save_curve_panels(out / "causality.png", [panel])
-    _write_json(out, "causality", {"all_causal": all(r.causal for r in reports),
+    write_json(out, "causality", {"all_causal": all(r.causal for r in reports),
                                    "reports": [r.to_json() for r in reports]})
     return out
 
@@ -222,7 +185,7 @@ def _capacity_parser(sub) -> None:
     c.add_argument("--value-dim", type=int, default=32, help="V (default 32); state budget K·V per head")
     c.add_argument("--trials", type=int, default=8, help="independent sets of pairs (default 8)")
     c.add_argument("--form", default="auto", help="op form used for writes/reads (default auto)")
-    _common(c)
+    add_common_flags(c)
     c.set_defaults(func=lambda a: _run(_capacity, a))
 
 
@@ -232,7 +195,7 @@ def _capacity(args) -> Path:
     from .capacity import capacity_sweep
     from .plotting import CurvePanel, save_curve_panels
 
-    out = prepare_out(args.out, args.overwrite)
+    out = probe_io.prepare_out(args.out, args.overwrite)
     memories = None
     if args.specs:
         memories = {Path(s).stem if Path(s).is_file() else s: (MixerSpec.from_yaml(s) if Path(s).is_file() else s)
@@ -243,6 +206,10 @@ def _capacity(args) -> Path:
                          {f"{c.label} [{c.state_floats} floats]": (c.num_pairs, getattr(c, key)) for c in curves})
               for title, key in (("raw", "rel_mse"), ("gain-corrected", "rel_mse_scaled"))]
     save_curve_panels(out / "capacity.png", panels)
-    _write_json(out, "capacity", {"key_dim": args.key_dim, "value_dim": args.value_dim,
+    write_json(out, "capacity", {"key_dim": args.key_dim, "value_dim": args.value_dim,
                                   "curves": [c.to_json() for c in curves]})
     return out
+
+
+# ------------------------------------------------------------------ old paths (removed in 0.2.0)
+__getattr__ = moved(__name__, names_in("assocmem.probes.io", "prepare_out", "load_model"))

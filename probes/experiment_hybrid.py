@@ -29,6 +29,8 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from .io import add_common_flags, prepare_out
+
 
 class HybridExperimentConfig(BaseModel):
     """Sizes and budgets of the experiment (defaults: the documented < 1 h CPU run)."""
@@ -253,7 +255,7 @@ def run_seeds(cfg: HybridExperimentConfig, seeds: list[int], out: str | Path) ->
     return agg
 
 
-def register(sub, common) -> None:
+def register(sub) -> None:
     """``assocmem probe hybrid-experiment`` (called by probes/cli.py)."""
     h = sub.add_parser("hybrid-experiment", help="the thesis' hybrid experiment: train 0-100%% attention "
                        "GDN hybrids + SCA 2:1 on graph walks, probe a held-out 4x4 grid")
@@ -263,7 +265,7 @@ def register(sub, common) -> None:
     h.add_argument("--seeds", type=int, nargs="+", default=None, metavar="S",
                    help="run every seed into OUT/seed_<S>/ and write the per-seed table OUT/hybrid_seeds.md "
                         "(replaces --seed)")
-    common(h)
+    add_common_flags(h)
     h.set_defaults(func=_cli)
 
 
@@ -271,8 +273,6 @@ def _cli(args) -> int:
     import sys
 
     import yaml
-
-    from .cli import prepare_out
 
     try:
         data = yaml.safe_load(Path(args.config).read_text()) if args.config else {}

@@ -1,4 +1,7 @@
-"""Training hybrids from composed specs (kept import-free so that ``assocmem derive`` stays fast).
+"""Training hybrids from composed specs, and the command line (kept import-free so that
+``assocmem derive`` stays fast).
+
+    cli.py            the one ``assocmem`` dispatcher (every subcommand, lazily imported)
 
     config.py         TrainConfig (pydantic, YAML), load_config(path, overrides), --set parsing
     tasks.py          synthetic datasets: mqar_dataset (Zoology), graph_walk_dataset, selective_copy_dataset
@@ -15,5 +18,6 @@
     sweep.py          sweep files: labelled axes -> runs, best-over-lr results table
     evaluate.py       evaluate_run(run_dir) behind ``assocmem eval``
     run_cli.py        ``assocmem train`` / ``assocmem eval``
+    bench/            ``assocmem bench``: cli, forms (mixers), breakdown, decode, train; timing
     configs/          example configs (MQAR Zoology Figure 2 sweep, GDN MQAR target, graph walks)
 """

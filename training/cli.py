@@ -1,18 +1,20 @@
-"""The ``assocmem`` command line.
+"""The ``assocmem`` command line: the one dispatcher.
 
-One console script with a subcommand per capability. Each subcommand lives next
-to the code it drives and exposes ``register(subparsers)``, which adds its
-parser and sets ``func`` (called with the parsed namespace, returns an exit
-code). The table below is the explicit list: no plugin discovery.
+One console script with a subcommand per capability. The parser of each subcommand
+lives in the floor whose code it drives, in one CLI module per floor, which exposes
+``register(subparsers)``: it adds its parsers and sets ``func`` (called with the parsed
+namespace, returns an exit code). ``SUBCOMMANDS`` below is the explicit list, no plugin
+discovery:
 
-    assocmem derive SPEC            memories/cli.py
-    assocmem verify [NAME ...]      mixers/verify_cli.py
-    assocmem bench mixers|breakdown|decode|train
-                                    mixers/bench.py, mixers/breakdown.py, models/bench.py,
-                                    training/bench_train.py (via training/bench_cli.py)
-    assocmem train CONFIG / eval    training/run_cli.py
-    assocmem probe <name> ...       probes/cli.py
-    assocmem demo                   training/demo.py
+    assocmem derive SPEC / verify [NAME ...]          mixers/cli.py
+    assocmem bench mixers|breakdown|decode|train      training/bench/cli.py
+    assocmem train CONFIG / eval RUN_DIR              training/run_cli.py
+    assocmem probe <name> ... / demo                  probes/cli.py, probes/demo.py
+
+The table names modules by string and imports only the one a command needs, when it
+runs: ``assocmem derive`` does not pay for transformers, and this module imports nothing
+from the floor above it (probes) unless a probe command is run. It is the one place
+that names a higher floor (tests/test_layering.py allows exactly this table).
 """
 from __future__ import annotations
 
@@ -20,16 +22,15 @@ import argparse
 import importlib
 import sys
 
-# subcommand -> module exposing register(subparsers); imported lazily so that
-# `assocmem derive` does not pay for transformers/datasets imports.
+# subcommand -> module exposing register(subparsers), imported when the subcommand runs
 SUBCOMMANDS: dict[str, str] = {
-    "derive": "assocmem.memories.cli",
-    "verify": "assocmem.mixers.verify_cli",
-    "bench": "assocmem.training.bench_cli",
+    "derive": "assocmem.mixers.cli",
+    "verify": "assocmem.mixers.cli",
+    "bench": "assocmem.training.bench.cli",
     "train": "assocmem.training.run_cli",
     "eval": "assocmem.training.run_cli",
     "probe": "assocmem.probes.cli",
-    "demo": "assocmem.training.demo",
+    "demo": "assocmem.probes.demo",
 }
 
 

@@ -17,10 +17,13 @@ import math
 import types
 import typing
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+if TYPE_CHECKING:
+    from assocmem.models import HybridConfig
 
 
 class ConfigError(ValueError):
@@ -55,10 +58,30 @@ class ModelConfig(_Strict):
         if self.hf_config is not None and "model_type" not in self.hf_config:
             raise ValueError("model.hf_config needs a model_type (e.g. llama)")
         if self.hf_config is None:
-            from .model_factory import hybrid_config  # validate the hybrid now, not at build time
-
-            hybrid_config(self, vocab_size=None)
+            self.hybrid_config(vocab_size=None)  # validate the hybrid now, not at build time
         return self
+
+    def hybrid_config(self, *, vocab_size: int | None) -> "HybridConfig":
+        """The HybridConfig of the preset (plus overrides) or of ``hybrid``; ``vocab_size`` (the
+        data's vocabulary) fills an unset vocabulary and refuses a smaller one."""
+        from assocmem.models import HybridConfig, get_model_preset
+
+        if self.preset is not None:
+            data = {**get_model_preset(self.preset).model_dump(), **self.overrides}
+        else:
+            data = dict(self.hybrid or {})
+            if vocab_size is not None:
+                data.setdefault("vocab_size", vocab_size)
+        hc = HybridConfig.model_validate(data)
+        check_vocab(hc.vocab_size, vocab_size)
+        return hc
+
+
+def check_vocab(model_vocab: int, data_vocab: int | None) -> None:
+    """Refuse a model whose vocabulary is smaller than the data's."""
+    if data_vocab is not None and model_vocab < data_vocab:
+        raise ValueError(f"the model's vocab_size={model_vocab} is smaller than the data's vocabulary "
+                         f"{data_vocab}; set model vocab_size >= {data_vocab} (or leave it unset)")
 
 
 # ---------------------------------------------------------------- data

@@ -14,32 +14,15 @@ from typing import TYPE_CHECKING
 
 from torch import nn
 
+from .config import ModelConfig, check_vocab
+
 if TYPE_CHECKING:
     from assocmem.models import HybridConfig
 
-    from .config import ModelConfig
 
-
-def hybrid_config(model: "ModelConfig", *, vocab_size: int | None) -> "HybridConfig":
-    """The HybridConfig of a preset (plus overrides) or of ``model.hybrid``."""
-    from assocmem.models import HybridConfig, get_model_preset
-
-    if model.preset is not None:
-        base = get_model_preset(model.preset).model_dump()
-        data = {**base, **model.overrides}
-    else:
-        data = dict(model.hybrid or {})
-        if vocab_size is not None:
-            data.setdefault("vocab_size", vocab_size)
-    hc = HybridConfig.model_validate(data)
-    _check_vocab(hc.vocab_size, vocab_size)
-    return hc
-
-
-def _check_vocab(model_vocab: int, data_vocab: int | None) -> None:
-    if data_vocab is not None and model_vocab < data_vocab:
-        raise ValueError(f"the model's vocab_size={model_vocab} is smaller than the data's vocabulary "
-                         f"{data_vocab}; set model vocab_size >= {data_vocab} (or leave it unset)")
+def hybrid_config(model: ModelConfig, *, vocab_size: int | None) -> "HybridConfig":
+    """The HybridConfig of a preset (plus overrides) or of ``model.hybrid`` (``ModelConfig.hybrid_config``)."""
+    return model.hybrid_config(vocab_size=vocab_size)
 
 
 def hf_model(hf_config: dict, *, vocab_size: int | None) -> nn.Module:
@@ -51,17 +34,17 @@ def hf_model(hf_config: dict, *, vocab_size: int | None) -> nn.Module:
     if vocab_size is not None:
         data.setdefault("vocab_size", vocab_size)
     config = AutoConfig.for_model(model_type, **data)
-    _check_vocab(config.vocab_size, vocab_size)
+    check_vocab(config.vocab_size, vocab_size)
     return AutoModelForCausalLM.from_config(config)
 
 
-def build_from_config(model: "ModelConfig", *, vocab_size: int | None) -> nn.Module:
+def build_from_config(model: ModelConfig, *, vocab_size: int | None) -> nn.Module:
     """A randomly initialised causal LM (call under a fixed torch seed for reproducibility)."""
     if model.hf_config is not None:
         return hf_model(model.hf_config, vocab_size=vocab_size)
     from assocmem.models import build_model
 
-    return build_model(hybrid_config(model, vocab_size=vocab_size))
+    return build_model(model.hybrid_config(vocab_size=vocab_size))
 
 
 def model_description(net: nn.Module) -> dict:

@@ -42,7 +42,7 @@ def test_bench_train_runs_and_writes_json(tmp_path):
 def test_bench_refuses_to_overwrite_results_before_running(kind, tmp_path, capsys, monkeypatch):
     """An existing --json is kept (exit 2, nothing run) unless --overwrite; a folder or a missing
     parent folder is refused with the path at fault named."""
-    from assocmem.training import bench_cli
+    from assocmem.training.bench import cli as bench_cli
 
     ran = []
     monkeypatch.setattr(bench_cli, "_mixers", lambda args: ran.append(args) or 0)
@@ -63,7 +63,7 @@ def test_bench_mixers_overwrite_replaces_json_and_markdown(tmp_path, monkeypatch
     """With --overwrite the bench runs and both files are replaced."""
     import json
 
-    from assocmem.mixers import bench
+    from assocmem.training.bench import forms as bench
 
     row = {"family": "softmax", "impl": "sdpa", "T": 8, "mode": "fwd", "ms": 1.0, "gflops": None,
            "peak_mb": 0.0, "saved_mb": None}

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from assocmem.models.bench import bench_config, ratios, run_decode_bench
+from assocmem.training.bench.decode import bench_config, ratios, run_decode_bench
 
 
 def test_bench_configs_share_width_and_depth():

@@ -1,7 +1,8 @@
 """`assocmem bench mixers` at toy sizes: row structure, JSON keys, ratio lines (no timing assertions)."""
 import json
 
-from assocmem.mixers.bench import markdown_table, measure_round_robin, ratio_table, run_bench, time_round_robin
+from assocmem.training.bench.forms import markdown_table, ratio_table, run_bench
+from assocmem.training.bench.timing import measure_round_robin, time_round_robin
 from assocmem.mixers.verify import make_case
 from assocmem.mixers.presets import get_preset
 
@@ -64,7 +65,7 @@ def test_time_round_robin_interleaves_calls():
 def test_delta_rows_report_the_chunk_size_they_run():
     """The delta class gets a row at the peers' chunk size next to its default, and each chunk row's
     GFLOP/s counts the FLOPs of the C it ran (C = K/2 = 32 by default at K = 64)."""
-    from assocmem.mixers.bench import PEER_CHUNK, chunk_flops, chunk_size_used
+    from assocmem.training.bench.forms import PEER_CHUNK, chunk_flops, chunk_size_used
 
     spec = get_preset("gated_deltanet")
     assert chunk_size_used(spec, "chunk", 64) == 32 and chunk_size_used(spec, f"chunk C={PEER_CHUNK}", 64) == 64
@@ -82,7 +83,7 @@ def test_delta_rows_report_the_chunk_size_they_run():
 def test_median_rows_and_ratio_ranges_over_processes():
     """--processes: per row the (lower) median ms of the runs with its min and max, and each ratio
     line gives its range over the runs."""
-    from assocmem.mixers.bench import median_rows
+    from assocmem.training.bench.forms import median_rows
 
     def run(chunk_ms, peer_ms):
         base = dict(family="gated_deltanet", T=2048, mode="fwd", gflops=None, peak_mb=1.0, saved_mb=None)

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from assocmem.mixers.breakdown import KINDS, REST, breakdown, format_breakdown, kind_of, product_flops, profile_kinds
+from assocmem.training.bench.breakdown import KINDS, REST, breakdown, format_breakdown, kind_of, product_flops, profile_kinds
 
 
 def test_product_flops_from_recorded_shapes():

@@ -1,0 +1,97 @@
+"""`assocmem derive SPEC` and `assocmem verify [NAME ...] [--json PATH]`.
+
+    derive   print a spec's derived update, its lowering class and the forms it admits
+    verify   check every preset (or the named presets / spec files) against its derivation;
+             exit 1 on any mismatch
+
+SPEC / NAME is a preset name or alias (``assocmem.mixers.list_presets()``) or a MixerSpec
+YAML/JSON file.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from assocmem.memories import derive
+
+from .lower import APPROXIMATE, available_forms
+from .presets import get_preset, list_presets
+from .spec import MixerSpec
+from .verify import PairResult, verify
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``derive`` and ``verify`` (called by training/cli.py)."""
+    register_derive(sub)
+    register_verify(sub)
+
+
+def register_derive(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("derive", help="show the derived per-token update of a spec",
+                       description="Print a spec's derived update, its class and the forms it admits.")
+    p.add_argument("spec", help="a spec YAML/JSON file or a preset name")
+    p.set_defaults(func=derive_main)
+
+
+def register_verify(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("verify", help="compare derived, hand-written, lowered and external implementations",
+                       description="Check every preset (or the named presets / spec files) against its "
+                                   "derivation; exit 1 on any mismatch.")
+    p.add_argument("names", nargs="*", metavar="NAME",
+                   help=f"preset names or spec YAML/JSON files (default: all presets: {', '.join(list_presets())})")
+    p.add_argument("--json", type=Path, metavar="PATH", help="also write the results as a JSON list")
+    p.add_argument("--seq-len", type=int, default=70, help="sequence length T of the random inputs (default 70)")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=verify_main)
+
+
+def resolve_spec(name: str, command: str) -> MixerSpec:
+    """The spec of a preset name / alias or a YAML/JSON file; SystemExit naming ``command`` otherwise."""
+    if name.endswith((".yaml", ".yml", ".json")):
+        if not Path(name).exists():
+            raise SystemExit(f"{command}: spec file {name!r} does not exist")
+        return MixerSpec.from_yaml(Path(name))
+    try:
+        return get_preset(name)
+    except KeyError as exc:
+        raise SystemExit(f"{command}: {exc.args[0]}") from None
+
+
+def derive_main(args: argparse.Namespace) -> int:
+    spec = resolve_spec(args.spec, "derive")
+    step = derive(spec)
+    forms = [f + (" (approximate, opt-in)" if f in APPROXIMATE else "") for f in available_forms(spec)]
+    print(f"spec:      {spec.name or args.spec}")
+    print(f"axes:      memory={spec.memory.kind}  bias={spec.bias.kind}  retention={spec.retention.kind}  "
+          f"optimizer={spec.optimizer.kind}")
+    print(f"update:    {step.describe()}")
+    print(f"class:     {step.cls}")
+    print(f"forms:     {', '.join(forms)}  (auto = {available_forms(spec)[0]})")
+    return 0
+
+
+def print_table(results: list[PairResult], out=None) -> None:
+    """One line per pair: preset, pair, max abs error, tolerance, verdict."""
+    out = out or sys.stdout
+    w = max(len(r.pair) for r in results)
+    print(f"{'preset':22s}  {'pair':{w}s}  {'max abs error':>13s}  {'tol':>7s}  result", file=out)
+    for r in results:
+        verdict = ("pass" if r.passed else "FAIL") + (" (differs as expected)" if r.expect == "differ" and r.passed else "")
+        print(f"{r.preset:22s}  {r.pair:{w}s}  {r.max_abs_error:13.2e}  {r.tolerance:7.0e}  {verdict}", file=out)
+
+
+def verify_main(args: argparse.Namespace) -> int:
+    specs = [resolve_spec(n, "verify") for n in (args.names or list_presets())]
+    results: list[PairResult] = []
+    for spec in specs:
+        results += verify(spec, T=args.seq_len, seed=args.seed)
+    print_table(results)
+    failed = [r for r in results if not r.passed]
+    print(f"\n{len(results) - len(failed)} of {len(results)} pairs pass")
+    if args.json:
+        if args.json.exists():
+            print(f"(overwriting {args.json}: verify results are regenerated output)")
+        args.json.write_text(json.dumps([r.as_json() for r in results], indent=2, default=float))
+    return 1 if failed else 0

@@ -1,0 +1,56 @@
+"""What every probe command shares: the output folder, the model argument and the common flags.
+
+    add_common_flags(parser)   --out (required), --overwrite, --seed
+    prepare_out(path, overwrite)   the output folder, refused if non-empty unless overwrite
+    load_model(ref)            a causal LM from a saved folder / run folder or a model preset name
+    write_json(out, name, data)    <out>/<name>.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+
+
+def add_common_flags(p: argparse.ArgumentParser) -> None:
+    """--out, --overwrite and --seed, the flags of every probe command."""
+    p.add_argument("--out", required=True, help="output folder (refused if non-empty, unless --overwrite)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing non-empty output folder")
+    p.add_argument("--seed", type=int, default=0, help="seed of every random draw (default 0)")
+
+
+def prepare_out(path: str | Path, overwrite: bool) -> Path:
+    """Create the output folder; refuse a non-empty one unless ``overwrite``."""
+    out = Path(path)
+    if out.exists() and any(out.iterdir()):
+        if not overwrite:
+            raise FileExistsError(f"--out {out} exists and is not empty; pass --overwrite to replace it")
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def load_model(ref: str):
+    """A causal LM from a saved folder (or run folder) or an assocmem model preset name.
+
+    Returns (model in eval mode, {"model": where it came from, "trained": bool}).
+    """
+    from transformers import AutoModelForCausalLM
+
+    from assocmem.models import build_model, list_model_presets  # registers model_type "assocmem"
+
+    path = Path(ref)
+    if path.is_dir():
+        folder = path / "final" if (path / "final" / "config.json").is_file() else path
+        return AutoModelForCausalLM.from_pretrained(folder).eval(), {"model": str(folder), "trained": True}
+    if ref in list_model_presets():
+        return build_model(ref).eval(), {"model": ref, "trained": False}
+    raise ValueError(f"model {ref!r}: not a folder and not a model preset; presets: {list_model_presets()}")
+
+
+def write_json(out: Path, name: str, data: dict) -> Path:
+    """Write ``data`` to <out>/<name>.json and return the path."""
+    path = out / f"{name}.json"
+    path.write_text(json.dumps(data, indent=2))
+    return path

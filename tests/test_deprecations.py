@@ -1,0 +1,50 @@
+"""Old import paths of moved public names: each still gives the same object, with a DeprecationWarning
+that names the new path (memories/deprecation.py); unknown names still raise AttributeError."""
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+MOVED = [  # (old module, old name, new module, new name)
+    ("assocmem.memories.cli", "main", "assocmem.mixers.cli", "derive_main"),
+    ("assocmem.memories.cli", "register", "assocmem.mixers.cli", "register_derive"),
+    ("assocmem.mixers.verify_cli", "main", "assocmem.mixers.cli", "verify_main"),
+    ("assocmem.mixers.verify_cli", "register", "assocmem.mixers.cli", "register_verify"),
+    ("assocmem.mixers.verify_cli", "print_table", "assocmem.mixers.cli", "print_table"),
+    ("assocmem.mixers.bench", "run_bench", "assocmem.training.bench.forms", "run_bench"),
+    ("assocmem.mixers.bench", "chunk_flops", "assocmem.training.bench.forms", "chunk_flops"),
+    ("assocmem.mixers.bench", "time_round_robin", "assocmem.training.bench.timing", "time_round_robin"),
+    ("assocmem.mixers.bench", "measure_round_robin", "assocmem.training.bench.timing", "measure_round_robin"),
+    ("assocmem.mixers.breakdown", "breakdown", "assocmem.training.bench.breakdown", "breakdown"),
+    ("assocmem.mixers.breakdown", "KINDS", "assocmem.training.bench.breakdown", "KINDS"),
+    ("assocmem.models.bench", "run_decode_bench", "assocmem.training.bench.decode", "run_decode_bench"),
+    ("assocmem.models.bench", "bench_config", "assocmem.training.bench.decode", "bench_config"),
+    ("assocmem.training.bench_train", "run_train_bench", "assocmem.training.bench.train", "run_train_bench"),
+    ("assocmem.training.bench_cli", "output_problem", "assocmem.training.bench.cli", "output_problem"),
+    ("assocmem.training.demo", "fresh_dir", "assocmem.probes.demo", "fresh_dir"),
+    ("assocmem.training.demo", "main", "assocmem.probes.demo", "main"),
+    ("assocmem.probes.cli", "prepare_out", "assocmem.probes.io", "prepare_out"),
+    ("assocmem.probes.cli", "load_model", "assocmem.probes.io", "load_model"),
+]
+
+
+@pytest.mark.parametrize("old, name, new, new_name", MOVED, ids=lambda x: x if "." not in x else None)
+def test_old_path_warns_and_returns_the_new_object(old, name, new, new_name):
+    module = importlib.import_module(old)
+    with pytest.warns(DeprecationWarning, match=rf"{old}\.{name} moved to {new}\.{new_name}; .* removed in"):
+        got = getattr(module, name)
+    assert got is getattr(importlib.import_module(new), new_name)
+
+
+def test_from_import_of_an_old_path_warns():
+    with pytest.warns(DeprecationWarning, match="assocmem.training.bench.forms.markdown_table"):
+        from assocmem.mixers.bench import markdown_table
+    from assocmem.training.bench.forms import markdown_table as new
+    assert markdown_table is new
+
+
+def test_a_name_that_never_lived_there_raises():
+    module = importlib.import_module("assocmem.mixers.bench")
+    with pytest.raises(AttributeError, match="module 'assocmem.mixers.bench' has no attribute 'nothing'"):
+        module.nothing  # noqa: B018

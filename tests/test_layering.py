@@ -1,0 +1,146 @@
+"""The floors memories < mixers < models < training < probes, read from the source with ast.
+
+1. No module imports a module of a higher floor (imports inside functions count).
+2. The import graph between modules has no cycle.
+3. No ``from x import _private`` across files.
+4. A higher floor is named by string (``importlib``) only where that is the point: the ``assocmem``
+   dispatcher's table of subcommand modules, and the deprecation shims of moved modules
+   (``memories/deprecation.py``), which import their new home only when an old path is used.
+"""
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FLOORS = ("memories", "mixers", "models", "training", "probes")
+MODULE_NAME = re.compile(r"assocmem\.(?:%s)(?:\.\w+)*" % "|".join(FLOORS))
+DISPATCHER = "assocmem.training.cli"
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(["assocmem", *parts])
+
+
+def _modules() -> dict[str, tuple[Path, ast.Module]]:
+    out = {}
+    for floor in FLOORS:
+        for path in sorted((ROOT / floor).rglob("*.py")):
+            out[_module_name(path)] = (path, ast.parse(path.read_text(), str(path)))
+    return out
+
+
+MODULES = _modules()
+
+
+def _floor(module: str) -> int:
+    return FLOORS.index(module.split(".")[1])
+
+
+def _package(module: str, path: Path) -> str:
+    return module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+
+
+def _imports(module: str) -> list[tuple[str, list[str]]]:
+    """(target module, imported names) of every assocmem import in ``module``; ``from pkg import sub``
+    of a submodule counts as an import of the submodule."""
+    path, tree = MODULES[module]
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(a.name, []) for a in node.names if a.name.startswith("assocmem.")]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = _package(module, path).split(".")
+                base = base[: len(base) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if not target.startswith("assocmem."):
+                continue
+            names = [a.name for a in node.names]
+            subs = [f"{target}.{n}" for n in names if f"{target}.{n}" in MODULES]
+            out += [(s, []) for s in subs] + [(target, [n for n in names if f"{target}.{n}" not in MODULES])]
+    return out
+
+
+def _is_shim(tree: ast.Module) -> bool:
+    """A module whose ``__getattr__`` forwards moved names (``memories/deprecation.moved``)."""
+    return any(isinstance(n, ast.Assign) and any(getattr(t, "id", None) == "__getattr__" for t in n.targets)
+               and isinstance(n.value, ast.Call) and getattr(n.value.func, "id", None) == "moved"
+               for n in tree.body)
+
+
+def _named_modules(tree: ast.Module) -> set[str]:
+    """Module names held in string constants, docstrings excepted."""
+    docstrings = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
+    return {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            and id(n) not in docstrings and MODULE_NAME.fullmatch(n.value)}
+
+
+def test_the_tree_is_read():
+    assert {"assocmem.memories.derive", "assocmem.mixers.lower", "assocmem.models.blocks", DISPATCHER,
+            "assocmem.probes.cli"} <= set(MODULES)
+
+
+def test_no_import_from_a_lower_floor_to_a_higher_one():
+    back = sorted((m, t) for m in MODULES for t, _ in _imports(m) if _floor(t) > _floor(m))
+    assert back == []
+
+
+def test_the_import_graph_has_no_cycle():
+    graph = {m: {t for t, _ in _imports(m) if t in MODULES and t != m} for m in MODULES}
+    cycles, index, low, stack, on_stack = [], {}, {}, [], set()
+
+    def strongconnect(v):  # Tarjan: every strongly connected component of more than one module is a cycle
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                strongconnect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in graph:
+        if v not in index:
+            strongconnect(v)
+    assert cycles == []
+
+
+def test_no_private_name_is_imported_across_files():
+    private = sorted(f"{m} imports {t}.{n}" for m in MODULES for t, names in _imports(m) for n in names
+                     if n.startswith("_") and not n.startswith("__"))
+    assert private == []
+
+
+def test_a_higher_floor_is_named_by_string_only_in_the_dispatcher_and_the_shims():
+    named = {m: {t for t in _named_modules(tree) if _floor(t) > _floor(m)} for m, (_, tree) in MODULES.items()}
+    named = {m: ts for m, ts in named.items() if ts}
+    shims = {m for m in named if _is_shim(MODULES[m][1])}
+    assert set(named) - shims == {DISPATCHER}
+    assert named[DISPATCHER] == {"assocmem.probes.cli", "assocmem.probes.demo"}
+
+
+@pytest.mark.parametrize("module", ["assocmem.memories.cli", "assocmem.mixers.bench", "assocmem.models.bench"])
+def test_a_shim_is_all_its_module_holds(module):
+    """The old paths on lower floors are shims only: a docstring, the import and the __getattr__."""
+    _, tree = MODULES[module]
+    assert _is_shim(tree) and len(tree.body) == 3

@@ -1,0 +1,261 @@
+"""`assocmem bench mixers|breakdown|decode|train`: benchmark scripts that print a table and write JSON.
+
+    mixers      forms.py      forms of each mixer family vs derived, recurrent and external peers
+    breakdown   breakdown.py  where one form's time goes, by kind of op
+    decode      decode.py     per-token decode latency against context length
+    train       train.py      training tokens/s per mixer in Zoology's MQAR model shape
+
+Timings are ratios measured in one run on a noisy machine; nothing here is asserted in tests.
+An existing --json/--markdown file is refused (before anything runs) unless --overwrite.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bench", help="benchmarks (mixer forms, decode latency, training throughput)", description=__doc__)
+    kinds = p.add_subparsers(dest="bench_kind", metavar="KIND")
+    kinds.required = True
+    m = kinds.add_parser("mixers", help="forms of each mixer family vs derived, recurrent and external peers")
+    m.add_argument("--json", type=Path, metavar="PATH", help="write the rows as a JSON list")
+    m.add_argument("--markdown", type=Path, metavar="PATH", help="write the rows as a markdown table")
+    m.add_argument("--families", nargs="+", default=None, metavar="FAMILY",
+                   help="preset families (default: gated_deltanet mamba2 gla sca softmax)")
+    m.add_argument("--seq-lens", nargs="+", type=int, default=[512, 2048, 8192], metavar="T")
+    m.add_argument("--modes", nargs="+", choices=["fwd", "fwdbwd"], default=["fwd", "fwdbwd"])
+    m.add_argument("--impls", nargs="+", default=[], metavar="TEXT",
+                   help="only implementations whose name contains one of these (e.g. chunk transformers)")
+    m.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="torch intra-op threads for every implementation (default: torch's, all cores)")
+    m.add_argument("--processes", type=int, default=1, metavar="N",
+                   help="run the bench in N fresh processes, one after another, and report per row the "
+                        "median ms over them with the range of each ratio (the allocator's state, which "
+                        "shifts timings by up to 2x, differs between processes)")
+    m.set_defaults(func=_mixers)
+    b = kinds.add_parser("breakdown", help="where one form's time goes: products, solve, copies, elementwise",
+                         description=_module_doc("assocmem.training.bench.breakdown"),
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    b.add_argument("family", nargs="?", default="gated_deltanet", help="mixer preset (default: gated_deltanet)")
+    b.add_argument("--form", default="auto", help="form to profile (default: the one lower() picks)")
+    b.add_argument("--seq-len", type=int, default=2048, metavar="T")
+    b.add_argument("--chunk-size", type=int, default=None, metavar="C", help="default: the op's own")
+    b.add_argument("--mode", choices=["fwd", "fwdbwd"], default="fwd")
+    b.add_argument("--repeats", type=int, default=11, help="timed calls (median) before the profiled ones")
+    b.add_argument("--threads", type=int, default=None, metavar="N", help="torch intra-op threads")
+    b.add_argument("--json", type=Path, metavar="PATH", help="write the breakdown as JSON")
+    b.set_defaults(func=_breakdown)
+    _decode_parser(kinds)
+    _train_parser(kinds)
+    for kind, parser in kinds.choices.items():  # every bench writes measurements that took minutes to take
+        parser.add_argument("--overwrite", action="store_true",
+                            help="replace existing --json/--markdown files (default: refuse before running)")
+        parser.set_defaults(func=_refusing_existing(f"assocmem bench {kind}", parser.get_default("func")))
+
+
+def _module_doc(module: str) -> str:
+    import importlib
+
+    return importlib.import_module(module).__doc__ or ""
+
+
+def _breakdown(args: argparse.Namespace) -> int:
+    import torch
+
+    from .breakdown import breakdown, format_breakdown
+
+    for flag, value, low in (("--seq-len", args.seq_len, 1), ("--repeats", args.repeats, 1),
+                             ("--threads", args.threads, 1), ("--chunk-size", args.chunk_size, 1)):
+        if value is not None and value < low:
+            print(f"assocmem bench breakdown: {flag} must be >= {low}, got {value}", file=sys.stderr)
+            return 2
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    try:
+        result = breakdown(args.family, form=args.form, T=args.seq_len, chunk_size=args.chunk_size,
+                           mode=args.mode, repeats=args.repeats)
+    except (KeyError, ValueError) as err:
+        print(f"assocmem bench breakdown: {err.args[0] if err.args else err}", file=sys.stderr)
+        return 2
+    print("\n".join(format_breakdown(result)))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2))
+        print(f"wrote {args.json}")
+    return 0
+
+
+def output_problem(args: argparse.Namespace) -> str | None:
+    """Why the bench's output files (``--json``, ``--markdown``) cannot be written, or None.
+
+    An existing file is refused unless ``--overwrite``: a bench's numbers come from one run on
+    one machine and cannot be regenerated. Checked before the bench runs, so nothing is wasted.
+    """
+    for flag in ("json", "markdown"):
+        path = getattr(args, flag, None)
+        if path is None:
+            continue
+        if path.is_dir():
+            example = path / ("bench.md" if flag == "markdown" else "bench.json")
+            return f"--{flag} {path} is a folder; give a file path such as {example}"
+        if path.exists() and not args.overwrite:
+            return f"--{flag} {path} exists; pass --overwrite to replace it, or choose another path"
+        if not path.parent.is_dir():
+            return f"--{flag} {path}: folder {path.parent} does not exist; create it first"
+    return None
+
+
+def _refusing_existing(prog: str, run):
+    """``run`` (a bench's CLI function) behind ``output_problem``: exit status 2 with the reason."""
+
+    def guarded(args: argparse.Namespace) -> int:
+        problem = output_problem(args)
+        if problem is not None:
+            print(f"{prog}: {problem}", file=sys.stderr)
+            return 2
+        return run(args)
+
+    return guarded
+
+
+def _mixers(args: argparse.Namespace) -> int:
+    import torch
+
+    from .forms import FAMILIES, markdown_table, median_rows, ratio_table, run_bench
+
+    if args.threads is not None:
+        if args.threads < 1:
+            print(f"assocmem bench mixers: --threads must be >= 1, got {args.threads}", file=sys.stderr)
+            return 2
+        torch.set_num_threads(args.threads)
+    if args.processes < 1:
+        print(f"assocmem bench mixers: --processes must be >= 1, got {args.processes}", file=sys.stderr)
+        return 2
+    runs = None
+    if args.processes == 1:
+        rows = run_bench(tuple(args.families or FAMILIES), tuple(args.seq_lens), tuple(args.modes),
+                         only=tuple(args.impls))
+    else:
+        runs = _in_processes(args)
+        rows = median_rows(runs)
+    print("\nratios (same run)" + (f", median over {args.processes} processes:" if runs else ":"))
+    for line in ratio_table(rows, runs):
+        print("  " + line)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
+        print(f"wrote {args.json}")
+    if args.markdown:
+        args.markdown.write_text(markdown_table(rows) + "\n")
+        print(f"wrote {args.markdown}")
+    return 0
+
+
+def _in_processes(args: argparse.Namespace) -> list[list[dict]]:
+    """The rows of ``args.processes`` runs of this bench, each in a fresh python process."""
+    import subprocess
+    import tempfile
+
+    argv = ["bench", "mixers", "--seq-lens", *map(str, args.seq_lens), "--modes", *args.modes]
+    if args.families:
+        argv += ["--families", *args.families]
+    if args.impls:
+        argv += ["--impls", *args.impls]
+    if args.threads is not None:
+        argv += ["--threads", str(args.threads)]
+    runs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(args.processes):
+            path = Path(tmp) / f"run{i}.json"
+            print(f"--- process {i + 1} of {args.processes}", flush=True)
+            code = "import sys; from assocmem.training.cli import main; sys.exit(main(sys.argv[1:]))"
+            subprocess.run([sys.executable, "-c", code, *argv, "--json", str(path)], check=True)
+            runs.append(json.loads(path.read_text()))
+    return runs
+
+
+def _decode_parser(kinds: argparse._SubParsersAction) -> None:
+    from .decode import MODELS
+
+    p = kinds.add_parser("decode", help="per-token decode latency vs context (attention, 75%% GDN hybrid, GDN)",
+                         description=_module_doc("assocmem.training.bench.decode"),
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--json", type=Path, metavar="PATH", help="write config, rows and ratios as JSON")
+    p.add_argument("--contexts", nargs="+", type=int, default=[1024, 4096, 16384], metavar="N")
+    p.add_argument("--d-model", type=int, default=512)
+    p.add_argument("--layers", type=int, default=12, help="depth of every model")
+    p.add_argument("--vocab", type=int, default=32000)
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--steps", type=int, default=20, help="timed decode steps per context")
+    p.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
+    p.add_argument("--threads", type=int, default=1,
+                   help="intra-op threads (default 1: batch-1 decoding is a chain of small ops, where extra "
+                        "threads only add hand-offs; on a shared 2-core machine 2 threads made the recurrent "
+                        "layers' per-token GEMVs ~10x slower)")
+    p.set_defaults(func=_decode)
+
+
+def _decode(args: argparse.Namespace) -> int:
+    import torch
+
+    from .decode import run_decode_bench
+
+    torch.set_num_threads(args.threads)
+    result = run_decode_bench(tuple(args.contexts), d_model=args.d_model, n_layers=args.layers, vocab=args.vocab,
+                              batch=args.batch, steps=args.steps, models=tuple(args.models))
+    print("\nratios (same run):")
+    for key, value in result["ratios"].items():
+        print(f"  {key:40s} {value:6.2f}")
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2))
+        print(f"wrote {args.json}")
+    return 0
+
+
+def _train_parser(kinds: argparse._SubParsersAction) -> None:
+    from .train import DEFAULT_MIXERS
+
+    p = kinds.add_parser("train", help="training tokens/s per mixer (MQAR model shape)",
+                         description=_module_doc("assocmem.training.bench.train"),
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--mixers", nargs="+", default=list(DEFAULT_MIXERS), metavar="LAYER",
+                   help=f"layer patterns, one model each (default: {' '.join(DEFAULT_MIXERS)})")
+    p.add_argument("--d-model", type=int, default=128)
+    p.add_argument("--n-layers", type=int, default=2)
+    p.add_argument("--num-heads", type=int, default=2, help="heads of the recurrent mixers (attention: 1)")
+    p.add_argument("--mlp-ratio", type=float, default=0.0)
+    p.add_argument("--vocab", type=int, default=8192)
+    p.add_argument("--seq-len", type=int, default=256)
+    p.add_argument("--num-kv-pairs", type=int, default=16)
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--steps", type=int, default=10, help="timed steps per mixer")
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
+    p.add_argument("--json", type=Path, metavar="PATH", help="write config and rows as JSON")
+    p.set_defaults(func=_train_bench)
+
+
+def _train_bench(args: argparse.Namespace) -> int:
+    for name in ("d_model", "n_layers", "num_heads", "vocab", "seq_len", "num_kv_pairs", "batch", "steps", "threads"):
+        if getattr(args, name) < 1:
+            print(f"assocmem bench train: --{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}",
+                  file=sys.stderr)
+            return 2
+    if args.vocab <= args.seq_len:
+        print(f"assocmem bench train: --vocab must exceed --seq-len (Zoology's MQAR draws keys and values "
+              f"from the vocabulary), got --vocab {args.vocab} and --seq-len {args.seq_len}", file=sys.stderr)
+        return 2
+    import torch
+
+    from .train import run_train_bench
+
+    torch.set_num_threads(args.threads)
+    print(f"training throughput: d_model {args.d_model}, {args.n_layers} layers, L={args.seq_len}, "
+          f"batch {args.batch}, {args.threads} thread(s)")
+    rows = run_train_bench(args)
+    if args.json:
+        config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "func"}
+        args.json.write_text(json.dumps({"config": config, "rows": rows}, indent=2))
+        print(f"wrote {args.json}")
+    return 0
