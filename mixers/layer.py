@@ -8,9 +8,12 @@ Every module has ``forward(x, *, state=None) -> (y, state)`` and ``state_size()`
 
 The generic recurrent ``Mixer`` (FLA/GDN-style layer around the spec's op):
 
-    1. q, k, v = x W_q, x W_k, x W_v                      [B, T, H, K], [B, T, H, K], [B, T, H, V]
+    1. q, k, v = x W_q, x W_k, x W_v                      [B, T, Hqk, K], [B, T, Hqk, K], [B, T, H, V]
+                                                          (Hqk = layer.num_qk_heads, default H; each q/k
+                                                          head serves H / Hqk consecutive value heads)
     2. short causal depthwise conv + SiLU on (q, k, v)   (conv buffer carried in the state)
-    3. q, k = φ(q), φ(k); optional L2 norm per head      (layer.feature_map, layer.qk_norm)
+    3. q, k = φ(q), φ(k); optional L2 norm per head      (layer.feature_map, layer.qk_norm:
+                                                           x·rsqrt(‖x‖² + 1e-6), as FLA and transformers)
     4. gates from x:  log α (retention L2Decay), β (layer.lr_gate)
          scalar: log α = −exp(A_log)·softplus(x W_a + dt_bias)     key: log α = logsigmoid(x W_a)/16
          fixed:  log α_h = log(1 − 2^(−5−h))                        dt: Δ = softplus(x W_dt + dt_bias),
@@ -47,11 +50,18 @@ FEATURE_MAPS = {
 }
 
 
+def l2_normalize(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """x · rsqrt(‖x‖² + eps) over the last axis: the epsilon inside the root, as FLA and transformers'
+    Qwen3-Next normalise q and k (``F.normalize`` clamps ‖x‖ at 1e-12 instead, a 1e-6-relative difference
+    for unit-scale x)."""
+    return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + eps)
+
+
 class MixerState(NamedTuple):
     """Decode state of a recurrent Mixer: the op's memory state and the conv buffer (or None)."""
 
     memory: Any  # [B, H, K, V] or a tuple of tensors (MLP / momentum memories)
-    conv: torch.Tensor | None  # [B, conv_size − 1, H(2K + V)]
+    conv: torch.Tensor | None  # [B, conv_size − 1, 2·Hqk·K + H·V]
 
 
 def build_mixer(spec: MixerSpec, d_model: int, *, form: str = "auto", layer_idx: int | None = None) -> nn.Module:
@@ -79,11 +89,11 @@ class Mixer(nn.Module):
         super().__init__()
         o = spec.layer
         self.spec, self.layer_idx = spec, layer_idx
-        self.H, self.K, self.V = o.num_heads, o.head_dim, o.value_dim
+        self.H, self.Hqk, self.K, self.V = o.num_heads, o.qk_heads, o.head_dim, o.value_dim
         self.form = lower(spec, form)
         self.step_form = lower(spec, "recurrent")
         self.feature_map = FEATURE_MAPS[o.feature_map]
-        width = self.H * (2 * self.K + self.V)
+        width = 2 * self.Hqk * self.K + self.H * self.V
         self.qkv_proj = nn.Linear(d_model, width, bias=False)
         self.conv = ShortConv(width, o.conv_size) if o.short_conv else None
         self._build_gates(spec, d_model)
@@ -117,18 +127,23 @@ class Mixer(nn.Module):
             self.dt_bias.copy_(dt + torch.log(-torch.expm1(-dt)))
 
     def gates(self, x: torch.Tensor) -> dict[str, torch.Tensor | None]:
-        """log_alpha ([B, T, H] or [B, T, H, K]) and beta [B, T, H] from x [B, T, d_model]."""
+        """log_alpha ([B, T, H] or [B, T, H, K]) and beta [B, T, H] from x [B, T, d_model].
+
+        The decay is computed in float32 at least (float64 stays float64), from the projection
+        taken in the input dtype, as transformers' Qwen3-Next and Mamba2 layers do: in bf16/fp16,
+        exp(A_log) and the softplus would otherwise round log α to a few bits."""
         B, T, _ = x.shape
+        gd = torch.promote_types(x.dtype, torch.float32)
         log_alpha = beta = None
         if self.spec.layer.lr_gate == "dt":
-            dt = F.softplus(self.a_proj(x) + self.dt_bias)  # Δ [B, T, H]
-            log_alpha, beta = -torch.exp(self.A_log) * dt, dt
+            dt = F.softplus(self.a_proj(x).to(gd) + self.dt_bias.to(gd))  # Δ [B, T, H]
+            log_alpha, beta = -torch.exp(self.A_log.to(gd)) * dt, dt
         elif self.decay == "scalar":
-            log_alpha = -torch.exp(self.A_log) * F.softplus(self.a_proj(x) + self.dt_bias)
+            log_alpha = -torch.exp(self.A_log.to(gd)) * F.softplus(self.a_proj(x).to(gd) + self.dt_bias.to(gd))
         elif self.decay == "key":
-            log_alpha = F.logsigmoid(self.a_proj(x)).view(B, T, self.H, self.K) / 16.0
+            log_alpha = F.logsigmoid(self.a_proj(x).to(gd)).view(B, T, self.H, self.K) / 16.0
         elif self.decay == "fixed":
-            h = torch.arange(self.H, device=x.device, dtype=x.dtype)
+            h = torch.arange(self.H, device=x.device, dtype=gd)
             log_alpha = torch.log1p(-torch.exp2(-5.0 - h)).expand(B, T, self.H)
         if self.b_proj is not None:
             beta = torch.sigmoid(self.b_proj(x))
@@ -149,16 +164,18 @@ class Mixer(nn.Module):
         B, T, _ = x.shape
         if state is not None and not isinstance(state, MixerState):
             raise TypeError(f"state must be a MixerState from this mixer, got {type(state).__name__}")
-        qkv = self.qkv_proj(x)  # [B, T, H(2K + V)]
+        qkv = self.qkv_proj(x)  # [B, T, 2·Hqk·K + H·V]
         conv_state = None
         if self.conv is not None:
             qkv, conv_state = self.conv(qkv, None if state is None else state.conv)
-        q, k, v = qkv.split([self.H * self.K, self.H * self.K, self.H * self.V], dim=-1)
-        q = self.feature_map(q.view(B, T, self.H, self.K))
-        k = self.feature_map(k.view(B, T, self.H, self.K))
+        q, k, v = qkv.split([self.Hqk * self.K, self.Hqk * self.K, self.H * self.V], dim=-1)
+        q = self.feature_map(q.view(B, T, self.Hqk, self.K))
+        k = self.feature_map(k.view(B, T, self.Hqk, self.K))
         v = v.view(B, T, self.H, self.V)
         if self.spec.layer.qk_norm == "l2":
-            q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
+            q, k = l2_normalize(q), l2_normalize(k)
+        if self.Hqk != self.H:  # each q/k head serves H / Hqk consecutive value heads
+            q, k = (t.repeat_interleave(self.H // self.Hqk, dim=2) for t in (q, k))  # [B, T, H, K]
         step = state is not None and T == 1
         fn = self.step_form.fn if step else self.form.fn
         chunk = {"chunk_size": self.spec.layer.chunk_size} if self.form.name == "chunk" and not step else {}
@@ -172,7 +189,7 @@ class Mixer(nn.Module):
         if self.D is not None:
             o = o + self.D[:, None] * v
         if self.norm_weight is not None:
-            o = o * torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + 1e-6) * self.norm_weight
+            o = o * torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + self.spec.layer.norm_eps) * self.norm_weight
         if self.g_proj is not None:
             o = o * F.silu(self.g_proj(x)).view_as(o)
         return o

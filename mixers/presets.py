@@ -49,7 +49,10 @@ def _layer(**kw) -> LayerOptions:
     return LayerOptions(**kw)
 
 
-_DELTA_LAYER = dict(feature_map="silu", qk_norm="l2", lr_gate="sigmoid")
+# The delta family as FLA and transformers build it (Gated DeltaNet: Yang et al. 2024, §3.3; transformers'
+# Qwen3NextGatedDeltaNet): q, k, v through the short conv, whose SiLU is the only nonlinearity on q and k
+# (feature_map stays identity: a second SiLU here was a bug), then L2-normalised q and k and β = σ(x W_b).
+_DELTA_LAYER = dict(qk_norm="l2", lr_gate="sigmoid")
 _ATTN_LAYER = dict(short_conv=False, output_norm="none", rope=True)
 
 for _spec in [

@@ -47,7 +47,8 @@ class LayerOptions(BaseModel):
     head_dim: int = Field(64, gt=0, description="K, key/query width per head")
     expand_v: float = Field(1.0, gt=0, description="V = int(K · expand_v), value width per head")
     feature_map: Literal["identity", "silu", "elu_plus_one", "relu"] = Field(
-        "identity", description="feature map φ applied to q and k after the short conv")
+        "identity", description="feature map φ applied to q and k after the short conv (whose output already "
+        "passed a SiLU: the published delta-rule layers use identity here)")
     qk_norm: Literal["none", "l2"] = Field("none", description="'l2': unit-norm q and k per head (delta rule)")
     short_conv: bool = Field(True, description="causal depthwise conv on q, k, v (+SiLU), carried in the decode state")
     conv_size: int = Field(4, gt=0, description="short conv width")
@@ -61,6 +62,11 @@ class LayerOptions(BaseModel):
     scale: float | None = Field(None, description="query scale; None → K**-0.5")
     d_skip: bool = Field(False, description="Mamba2's D·x skip")
     num_kv_heads: int | None = Field(None, gt=0, description="attention: KV heads for GQA (None → num_heads)")
+    num_qk_heads: int | None = Field(
+        None, gt=0, description="recurrent mixers: q/k heads, each shared by num_heads / num_qk_heads consecutive "
+        "value heads (Qwen3-Next's linear_num_key_heads, Mamba2's n_groups); None → num_heads")
+    norm_eps: float = Field(1e-6, gt=0, description="epsilon of the output RMSNorm (recurrent mixers) and of the "
+                            "QK-norm (attention)")
     rope: bool = Field(True, description="attention: rotary position embedding")
     rope_theta: float = Field(10000.0, gt=0, description="attention: RoPE base")
     qk_rmsnorm: bool = Field(False, description="attention: RMSNorm on q and k per head (QK-norm)")
@@ -69,9 +75,21 @@ class LayerOptions(BaseModel):
     sca_query_heads: int | None = Field(None, gt=0, description="SCA: query heads K_q (None → num_heads)")
     sca_maxlen: int = Field(2048, gt=0, description="SCA: boundary of the time weight d(t) = max(maxlen−1−t, 0)")
 
+    @model_validator(mode="after")
+    def _heads(self) -> "LayerOptions":
+        if self.num_qk_heads is not None and self.num_heads % self.num_qk_heads:
+            raise ValueError(f"num_qk_heads={self.num_qk_heads} must divide num_heads={self.num_heads} (each q/k "
+                             f"head serves num_heads / num_qk_heads value heads)")
+        return self
+
     @property
     def value_dim(self) -> int:
         return int(self.head_dim * self.expand_v)
+
+    @property
+    def qk_heads(self) -> int:
+        """Heads of q and k (recurrent mixers): num_qk_heads, or num_heads."""
+        return self.num_heads if self.num_qk_heads is None else self.num_qk_heads
 
 
 class MixerSpec(BaseModel):

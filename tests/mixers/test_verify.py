@@ -79,7 +79,7 @@ memory: {kind: matrix}
 bias: {kind: huber, delta: 0.5}
 retention: {kind: l2_decay, gate: key}
 optimizer: {kind: momentum, eta: 0.8, lr: 0.5}
-layer: {num_heads: 2, head_dim: 8, feature_map: silu, qk_norm: l2, lr_gate: sigmoid}
+layer: {num_heads: 2, head_dim: 8, qk_norm: l2, lr_gate: sigmoid}
 """
 
 

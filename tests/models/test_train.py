@@ -31,7 +31,7 @@ def _train(model, steps: int, vocab: int) -> list[float]:
 def test_user_spec_model_trains_and_decodes():
     mine = MixerSpec(name="my_delta", memory=Matrix(), bias=L2(), retention=L2Decay(gate="scalar"),
                      optimizer=RetainThenGD(), layer=LayerOptions(num_heads=2, head_dim=16, qk_norm="l2",
-                                                                  feature_map="silu", lr_gate="sigmoid"))
+                                                                  lr_gate="sigmoid"))
     torch.manual_seed(0)
     model = build_model(HybridConfig(d_model=32, vocab_size=32, layers=[mine, "attn"], num_heads=2, mlp_ratio=2))
     model.train()
