@@ -5,7 +5,8 @@ Layout of a run folder:
     <run>/checkpoints/step_00000120/model.safetensors   weights (safetensors.torch.save_model;
                                                          tied tensors stored once)
     <run>/checkpoints/step_00000120/state.pt            optimizer, scheduler, RNG states of every
-                                                         rank, step and data position (torch.save of
+                                                         rank, step, data position and the gradient
+                                                         transforms' state (torch.save of
                                                          tensors and plain Python values only, so
                                                          torch.load(weights_only=True) reads it)
 

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from .grad_transforms import GradTransformConfig
+
 if TYPE_CHECKING:
     from assocmem.models import HybridConfig
 
@@ -181,6 +183,10 @@ class TrainLoopConfig(_Strict):
     progress: bool = Field(True, description="tqdm progress bar on rank 0")
     threads: int | None = Field(None, gt=0, description="torch.set_num_threads (null = torch default)")
     deterministic: bool = Field(True, description="torch.use_deterministic_algorithms(True)")
+    grad_transforms: list[GradTransformConfig] = Field(
+        default_factory=list, description="gradient transforms applied in order after backward (and the DDP "
+        "all-reduce), before clipping and the optimizer step: fgp | pfft | fgp_adaptive | grokfast_ema "
+        "(training/grad_transforms.py); their state is saved in checkpoints")
     logits: Literal["supervised", "all"] = Field(
         "supervised", description="apply the LM head only at supervised positions (same loss, checked against "
         "the model's forward at start) or everywhere (the model's own forward)")

@@ -7,12 +7,13 @@ Per optimizer step s (global batch B sequences, W processes, A micro-batches eac
   3. for each micro-batch: (Σ token losses) · W / n → backward
      (DDP averages gradients over W, so the gradient is that of the mean
      loss over the global batch: identical to one process with batch B)
-  4. clip the global gradient norm; AdamW step; scheduler step
-  5. log / evaluate / checkpoint on schedule
+  4. gradient transforms (train.grad_transforms: FGP/PFFT, GrokFast, ...), on the all-reduced gradient
+  5. clip the global gradient norm; AdamW step; scheduler step
+  6. log / evaluate / checkpoint on schedule
 
 Seeded and deterministic: the model is initialised under ``torch.manual_seed(seed)``,
 batches depend only on the step, and a checkpoint carries optimizer, scheduler
-and every rank's RNG state, so a resumed run reproduces an uninterrupted one
+every rank's RNG state and the gradient transforms' state, so a resumed run reproduces an uninterrupted one
 bit for bit on CPU.
 """
 from __future__ import annotations
@@ -33,6 +34,7 @@ from .config import TrainConfig
 from .data import build_datasets
 from .distributed import (DistInfo, all_gather_object, all_reduce_sum, barrier, broadcast_object, init_distributed,
                           rank_slice, shutdown)
+from .grad_transforms import GradTransforms
 from .metrics import batch_tensors, evaluate
 from .model_factory import build_from_config, model_description
 from .objective import CausalLMObjective, check_supervised_logits
@@ -82,6 +84,7 @@ class Trainer:
         self.sampler = StepSampler(len(self.train_ds), cfg.train.batch_size, seed=cfg.seed)
         self.optimizer = build_optimizer(self.model, cfg.optim)
         self.scheduler = build_scheduler(self.optimizer, cfg.optim, self.total_steps)
+        self.grad_transforms = GradTransforms(cfg.train.grad_transforms, self.model)
         self.step, self.tokens, self.elapsed = 0, 0, 0.0
         latest = ckpt.latest_checkpoint(run_dir) if resume else None
         if latest is not None:
@@ -106,6 +109,7 @@ class Trainer:
             raise ValueError(f"checkpoint {path} was written by {state['world_size']} processes; resume it with "
                              f"the same number (got {self.info.world_size}) for an exact continuation")
         ckpt.set_rng_state(state["rng"][self.info.rank])
+        self.grad_transforms.load_state_dict(state.get("grad_transforms", []))
         self.step, self.tokens, self.elapsed = state["step"], state["tokens"], state["elapsed"]
         if state["samples_seen"] != self.step * self.cfg.train.batch_size:
             raise ValueError(f"checkpoint {path}: data position {state['samples_seen']} does not match step "
@@ -116,7 +120,8 @@ class Trainer:
         if self.info.is_main:
             state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
                      "rng": rng, "world_size": self.info.world_size, "tokens": self.tokens,
-                     "elapsed": self.elapsed, "samples_seen": self.step * self.cfg.train.batch_size}
+                     "elapsed": self.elapsed, "samples_seen": self.step * self.cfg.train.batch_size,
+                     "grad_transforms": self.grad_transforms.state_dict()}
             ckpt.save_checkpoint(self.run_dir, self.step, self.model, state, keep_last=self.cfg.train.keep_last)
         barrier()
 
@@ -138,6 +143,7 @@ class Trainer:
                     loss_sum, count, correct = self.wrapped(input_ids, labels)
                 (loss_sum * scale).backward()
             sums += torch.stack([loss_sum.detach().double().cpu(), count.double().cpu(), correct.double().cpu()])
+        self.grad_transforms.apply()  # after the all-reduce of the last backward: the same on every rank
         clip = self.cfg.optim.grad_clip
         grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), clip if clip is not None else float("inf"))
         lr = self.optimizer.param_groups[0]["lr"]

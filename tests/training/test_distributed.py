@@ -33,3 +33,23 @@ def test_two_gloo_processes_match_one_process(write_config, tmp_path):
     np.testing.assert_allclose(eval_two["accuracy"], eval_one["accuracy"], rtol=0, atol=1e-6)
     summary = (tmp_path / "runs" / "two" / "summary.json").read_text()
     assert '"world_size": 2' in summary
+
+
+@pytest.mark.distributed
+def test_two_gloo_processes_match_one_process_with_gradient_transforms(write_config, tmp_path):
+    """The transforms read the all-reduced gradient, which every rank holds, so they keep 2 == 1."""
+    update = {**UPDATE, "train": {**UPDATE["train"], "grad_transforms": [
+        {"kind": "fgp_adaptive", "param": "model.embed_tokens.weight", "top_k": 4},
+        {"kind": "grokfast_ema", "alpha": 0.9, "lamb": 2.0}]}}
+    single = subprocess.Popen([PYTHON, "-m", "assocmem.training.cli", "train", str(write_config("one", update))],
+                              cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    pair = subprocess.Popen([PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                             "-m", "assocmem.training.cli", "train", str(write_config("two", update))],
+                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    assert pair.wait(timeout=300) == 0, pair.stderr.read()[-3000:]
+    assert single.wait(timeout=300) == 0, single.stderr.read()[-3000:]
+    train_one = [r for r in read_log(tmp_path / "runs" / "one" / "log.jsonl") if r["split"] == "train"]
+    train_two = [r for r in read_log(tmp_path / "runs" / "two" / "log.jsonl") if r["split"] == "train"]
+    assert [r["step"] for r in train_two] == list(range(1, 7))
+    np.testing.assert_allclose([r["loss"] for r in train_two], [r["loss"] for r in train_one], rtol=0, atol=1e-5)
+    np.testing.assert_allclose([r["grad_norm"] for r in train_two], [r["grad_norm"] for r in train_one], rtol=1e-4)

@@ -1,0 +1,107 @@
+"""Fourier modes of a tensor along one axis: projection, power per mode, top-K modes.
+
+Seed 003 (Spectral Alignment) works with the real DFT of a weight gradient G along an axis of
+length n (the token axis of an embedding, the position axis of a position embedding):
+
+    Ĝ[k] = rfft(G, dim=axis)[k],  k = 0 … ⌊n/2⌋                              (rfft bins)
+    P(k) = Σ_other dims |Ĝ[k]|²                                              (eq. 5, the power)
+    G ← irfft(Ĝ ⊙ 1[k ∈ S], n, dim=axis)                                     (eq. 4, FGP)
+
+For real G, eq. 4 is the orthogonal projection onto span{cos(2πkt/n), sin(2πkt/n) : k ∈ S}
+(bin 0 is the constant, and for even n the Nyquist bin n/2 holds the cosine only). It is
+idempotent and S = all bins is the identity (tests/training/test_fourier.py checks both, and
+checks the projector against the explicit Fourier basis of Nanda et al. 2023).
+
+Only the first ``n`` indices of the axis take part (``n`` = None: the whole axis): an embedding
+with p number tokens and an "=" token is transformed over the p number rows and its last row
+is left as it is.
+"""
+from __future__ import annotations
+
+import torch
+
+
+def num_bins(n: int) -> int:
+    """Number of rfft bins of a length-n signal: ⌊n/2⌋ + 1."""
+    return n // 2 + 1
+
+
+def _span(x: torch.Tensor, axis: int, n: int | None) -> tuple[int, int]:
+    """(normalised axis, n) after checking that the first n indices exist."""
+    if not -x.dim() <= axis < x.dim():
+        raise ValueError(f"axis {axis} is out of range for a tensor of shape {tuple(x.shape)}")
+    axis %= x.dim()
+    size = x.shape[axis]
+    n = size if n is None else n
+    if not 2 <= n <= size:
+        raise ValueError(f"the transformed length n={n} must lie in [2, {size}] (the size of axis {axis} of "
+                         f"shape {tuple(x.shape)})")
+    return axis, n
+
+
+def check_modes(modes, n: int) -> list[int]:
+    """Sorted distinct modes, each in 0 … ⌊n/2⌋ (the rfft bins of length n)."""
+    modes = sorted({int(k) for k in modes})
+    bad = [k for k in modes if not 0 <= k <= n // 2]
+    if bad or not modes:
+        raise ValueError(f"modes {bad or '[] (empty)'} are not rfft bins of length {n}: each must lie in "
+                         f"0..{n // 2}, and at least one is needed")
+    return modes
+
+
+def mode_mask(modes, n: int, *, device=None) -> torch.Tensor:
+    """M_S [⌊n/2⌋ + 1] float: 1 at the bins in S, 0 elsewhere."""
+    mask = torch.zeros(num_bins(n), device=device)
+    mask[check_modes(modes, n)] = 1.0
+    return mask
+
+
+def _broadcast(vec: torch.Tensor, dim: int, axis: int) -> torch.Tensor:
+    """A [bins] vector reshaped to broadcast along ``axis`` of a ``dim``-d tensor."""
+    shape = [1] * dim
+    shape[axis] = vec.shape[0]
+    return vec.view(shape)
+
+
+def project_modes(x: torch.Tensor, modes, *, axis: int = 0, n: int | None = None) -> torch.Tensor:
+    """Eq. 4: x with its first n indices along ``axis`` projected onto the Fourier modes S.
+
+    x: any real tensor; returns a new tensor of x's shape and dtype (indices ≥ n unchanged).
+    """
+    axis, n = _span(x, axis, n)
+    part = x.narrow(axis, 0, n)
+    mask = _broadcast(mode_mask(modes, n, device=x.device), x.dim(), axis)
+    projected = torch.fft.irfft(torch.fft.rfft(part, dim=axis) * mask, n=n, dim=axis)  # [.., n, ..]
+    out = x.clone()
+    out.narrow(axis, 0, n).copy_(projected)
+    return out
+
+
+def mode_power(x: torch.Tensor, *, axis: int = 0, n: int | None = None) -> torch.Tensor:
+    """Eq. 5's P(k) = Σ_other dims |rfft(x, dim=axis)[k]|² over the first n indices: [⌊n/2⌋ + 1] float64."""
+    axis, n = _span(x, axis, n)
+    spec = torch.fft.rfft(x.narrow(axis, 0, n).double(), dim=axis)  # [.., bins, ..]
+    power = spec.abs().pow(2).movedim(axis, 0)                      # [bins, ...]
+    return power.reshape(power.shape[0], -1).sum(1)
+
+
+def top_modes(power: torch.Tensor, k: int, *, skip_dc: bool) -> list[int]:
+    """The k bins of largest power (sorted by bin index); bin 0 excluded when ``skip_dc``.
+
+    Ties go to the lower bin (a stable sort of −power), so the choice is deterministic.
+    """
+    first = 1 if skip_dc else 0
+    candidates = power.shape[0] - first
+    if not 1 <= k <= candidates:
+        raise ValueError(f"top-K needs 1 <= K <= {candidates} (the candidate bins), got K={k}")
+    order = torch.sort(-power[first:].double(), stable=True).indices[:k] + first
+    return sorted(order.tolist())
+
+
+def regularity(power: torch.Tensor, k: int) -> float:
+    """Eq. 5's ρ: the share of the total power held by the k strongest bins (DC included)."""
+    total = float(power.sum())
+    if total <= 0:
+        raise ValueError("the spectrum has zero total power (an all-zero gradient): ρ is undefined")
+    top = torch.sort(power.double(), descending=True, stable=True).values[:k]
+    return float(top.sum()) / total
