@@ -221,13 +221,25 @@ def seed_summary(summaries: list[dict]) -> dict:
             row["seeds"].append({"seed": seed, "min_energy_ratio": h["min_energy_ratio_at_full_context"],
                                  "min_energy_ratio_layer": h["min_energy_ratio_layer"],
                                  "last_layer_energy_ratio": h["energy_ratio_last_layer"][-1],
-                                 "neighbour_mass": h["accuracy"][-1], "train_seconds": m["train_seconds"]})
+                                 "neighbour_mass": h["accuracy"][-1], "train_seconds": m["train_seconds"],
+                                 "train_accuracy": (m["train_eval"] or {}).get("accuracy")})
     for row in models.values():
         for key in ("min_energy_ratio", "last_layer_energy_ratio", "neighbour_mass"):
             row[f"mean_{key}"] = float(np.mean([r[key] for r in row["seeds"]]))
     controls = [s["models"][0]["headline"]["control_energy_ratio"] for s in summaries]
     return {"seeds": [s["config"]["seed"] for s in summaries], "models": list(models.values()),
             "mean_control_energy_ratio": float(np.mean(controls))}
+
+
+def seed_metrics(agg: dict) -> dict[int, dict[str, float]]:
+    """seed -> {"<model>/min_energy_ratio", "<model>/last_layer_energy_ratio", "<model>/neighbour_mass",
+    "<model>/train_accuracy" (held-out eval on the training graphs)} for a result record."""
+    per_seed: dict[int, dict[str, float]] = {s: {} for s in agg["seeds"]}
+    for m in agg["models"]:
+        for r in m["seeds"]:
+            for key in ("min_energy_ratio", "last_layer_energy_ratio", "neighbour_mass", "train_accuracy"):
+                per_seed[r["seed"]][f"{m['label']}/{key}"] = r[key]
+    return per_seed
 
 
 def seed_table(agg: dict) -> str:
@@ -265,8 +277,28 @@ def register(sub) -> None:
     h.add_argument("--seeds", type=int, nargs="+", default=None, metavar="S",
                    help="run every seed into OUT/seed_<S>/ and write the per-seed table OUT/hybrid_seeds.md "
                         "(replaces --seed)")
+    h.add_argument("--threads", type=int, default=None, help="torch threads while training (default: the config's, 2)")
+    h.add_argument("--result", default=None, metavar="PATH",
+                   help="with --seeds: also write the result record (training/results.py) to PATH "
+                        "(refused if it exists, unless --overwrite)")
     add_common_flags(h)
     h.set_defaults(func=_cli)
+
+
+def _write_result(args, cfg: HybridExperimentConfig, agg: dict) -> None:
+    from assocmem.training.results import command_line, write_result
+
+    argv = ["probe", "hybrid-experiment", *(["--quick"] if args.quick else []),
+            *(["--steps", str(args.steps)] if args.steps else []), *(["--config", args.config] if args.config else []),
+            *(["--threads", str(args.threads)] if args.threads else []), "--seeds", *map(str, args.seeds),
+            "--out", args.out, "--result", args.result]
+    write_result(args.result, name=Path(args.result).stem, command=command_line("assocmem", argv), seeds=args.seeds,
+                 per_seed=seed_metrics(agg), overwrite=args.overwrite,
+                 description="the thesis' hybrid experiment (probes/experiment_hybrid.py): per model, the lowest "
+                 "energy ratio over layers at full context, the last layer's, the neighbour mass and the "
+                 "held-out accuracy on the training graphs",
+                 extra={"config": cfg.model_dump(), "mean_control_energy_ratio": agg["mean_control_energy_ratio"],
+                        "layers": {m["label"]: m["layers"] for m in agg["models"]}})
 
 
 def _cli(args) -> int:
@@ -278,13 +310,21 @@ def _cli(args) -> int:
         data = yaml.safe_load(Path(args.config).read_text()) if args.config else {}
         base = HybridExperimentConfig.quick().model_dump() if args.quick else {}
         cfg = HybridExperimentConfig.model_validate({**base, **data, "seed": args.seed,
-                                                     **({"steps": args.steps} if args.steps else {})})
+                                                     **({"steps": args.steps} if args.steps else {}),
+                                                     **({"threads": args.threads} if args.threads else {})})
+        if args.result and not args.seeds:
+            raise ValueError("--result needs --seeds (a result is a set of seeds)")
+        if args.result and Path(args.result).exists() and not args.overwrite:
+            raise FileExistsError(f"--result {args.result} exists; pass --overwrite to replace it")
         out = prepare_out(args.out, args.overwrite)
     except (FileExistsError, FileNotFoundError, ValueError) as err:
         print(f"assocmem probe hybrid-experiment: {err}", file=sys.stderr)
         return 2
     if args.seeds:
-        print(seed_table(run_seeds(cfg, args.seeds, out)))
+        agg = run_seeds(cfg, args.seeds, out)
+        print(seed_table(agg))
+        if args.result:
+            _write_result(args, cfg, agg)
     else:
         print(markdown_table(run_hybrid_experiment(cfg, out)))
     print(out)

@@ -10,6 +10,7 @@ discovery:
     assocmem bench mixers|breakdown|decode|train      training/bench/cli.py
     assocmem train CONFIG / eval RUN_DIR              training/run_cli.py
     assocmem probe <name> ... / demo                  probes/cli.py, probes/demo.py
+    assocmem reproduce --list / NAME                  training/reproduce_cli.py
 
 The table names modules by string and imports only the one a command needs, when it
 runs: ``assocmem derive`` does not pay for transformers, and this module imports nothing
@@ -31,6 +32,7 @@ SUBCOMMANDS: dict[str, str] = {
     "eval": "assocmem.training.run_cli",
     "probe": "assocmem.probes.cli",
     "demo": "assocmem.probes.demo",
+    "reproduce": "assocmem.training.reproduce_cli",
 }
 
 

@@ -24,8 +24,14 @@ def register(subparsers) -> None:
                    help="override a field, e.g. --set optim.lr=1e-3 --set model.hybrid.layers=gdn,attn (repeatable)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--resume", action="store_true", help="continue the run from its latest checkpoint (exact)")
-    mode.add_argument("--overwrite", action="store_true", help="replace an existing run folder of the same name")
+    mode.add_argument("--overwrite", action="store_true",
+                      help="replace an existing run folder of the same name (and the --result file)")
     p.add_argument("--print-config", action="store_true", help="print the validated config(s) and exit")
+    p.add_argument("--seeds", type=int, nargs="+", metavar="S",
+                   help="train once per seed (run <name>-s<S>; finished runs are reused) and print mean and range")
+    p.add_argument("--result", metavar="PATH",
+                   help="with --seeds: write the result record (training/results.py) to PATH; refused if it "
+                        "exists, unless --overwrite")
     p.add_argument("--list", action="store_true", help="sweep files: list the runs and their status, then exit")
     p.add_argument("--only", action="append", default=[], metavar="TEXT",
                    help="sweep files: train only runs whose name contains TEXT (repeatable: any of them)")
@@ -61,13 +67,19 @@ def _train(args: argparse.Namespace) -> int:
     from .loop import train
     from .sweep import is_sweep
 
+    args.config_given = args.config
     try:
         args.config = resolve_config(args.config)
     except ConfigError as err:
         print(f"assocmem train: {err}", file=sys.stderr)
         return 2
+    if args.result and not args.seeds:
+        print("assocmem train: --result needs --seeds (a result is a set of seeds)", file=sys.stderr)
+        return 2
     if is_sweep(args.config):
         return _sweep(args)
+    if args.seeds:
+        return _seeds(args)
     try:
         cfg = load_config(args.config, args.overrides)
     except ConfigError as err:
@@ -82,6 +94,36 @@ def _train(args: argparse.Namespace) -> int:
         print(f"assocmem train: {err}", file=sys.stderr)
         return 2
     print(json.dumps({k: summary[k] for k in ("name", "steps", "tokens_per_s", "eval")}))
+    return 0
+
+
+def _seeds(args: argparse.Namespace) -> int:
+    """``--seeds``: the config once per seed, a mean/range table and (``--result``) a result record."""
+    from .results import command_line, make_record, save_record
+    from .seeds import seed_config, seeds_table, train_seeds
+
+    if args.result and Path(args.result).exists() and not args.overwrite:
+        print(f"assocmem train: --result {args.result} exists; pass --overwrite to replace it", file=sys.stderr)
+        return 2
+    try:
+        if args.print_config:
+            print("---\n".join(seed_config(args.config, args.overrides, s).to_yaml() for s in args.seeds), end="")
+            return 0
+        per_seed = train_seeds(args.config, args.overrides, args.seeds, overwrite=args.overwrite)
+    except (ConfigError, FileExistsError, FileNotFoundError, ValueError) as err:
+        print(f"assocmem train: {err}", file=sys.stderr)
+        return 2
+    print(seeds_table(per_seed), end="")
+    if args.result:
+        cfg = seed_config(args.config, args.overrides, args.seeds[0])
+        command = command_line("assocmem", ["train", args.config_given, "--seeds", *map(str, args.seeds),
+                                            *[a for o in args.overrides for a in ("--set", o)], "--result", args.result])
+        record = make_record(name=Path(args.result).stem, command=command, seeds=args.seeds,
+                             per_seed=per_seed, description=f"assocmem train {Path(args.config).stem}, "
+                             f"{len(args.seeds)} seeds (TrainConfig.seed; data.seed {cfg.data.seed} fixed)",
+                             extra={"config": cfg.model_dump(mode="json")})
+        save_record(record, args.result, overwrite=args.overwrite)
+        print(f"result: {args.result}")
     return 0
 
 

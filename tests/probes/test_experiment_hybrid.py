@@ -47,8 +47,10 @@ def test_seeds_run_into_subfolders_and_are_summarised(tmp_path):
     config = tmp_path / "tiny.yaml"
     config.write_text("d_model: 16\nhead_dim: 8\nsteps: 2\nseq_len: 32\nnum_train: 16\nbatch_size: 4\n"
                       "probe_walks: 2\nwindow: 8\nattention_percents: [100]\nsca_hybrid: false\n")
-    out = tmp_path / "out"
-    assert main(["probe", "hybrid-experiment", "--config", str(config), "--out", str(out), "--seeds", "3", "5"]) == 0
+    out, result = tmp_path / "out", tmp_path / "hybrid-tiny.json"
+    argv = ["probe", "hybrid-experiment", "--config", str(config), "--threads", "1", "--seeds", "3", "5",
+            "--out", str(out), "--result", str(result)]
+    assert main(argv) == 0
     runs = [json.loads((out / f"seed_{s}" / "hybrid_experiment.json").read_text()) for s in (3, 5)]
     assert [r["config"]["seed"] for r in runs] == [3, 5]
     agg = json.loads((out / "hybrid_seeds.json").read_text())
@@ -58,3 +60,14 @@ def test_seeds_run_into_subfolders_and_are_summarised(tmp_path):
     assert [s["min_energy_ratio"] for s in row["seeds"]] == lows
     assert row["mean_min_energy_ratio"] == pytest.approx(sum(lows) / 2, rel=1e-12)
     assert "| attn100 |" in (out / "hybrid_seeds.md").read_text()
+    assert [r["config"]["threads"] for r in runs] == [1, 1]
+
+    from assocmem.training.results import read_result
+
+    record = read_result(result)  # the result record: the same numbers, per seed, with the command
+    assert record.name == "hybrid-tiny" and record.seeds == [3, 5]
+    assert record.values("attn100/min_energy_ratio") == dict(zip((3, 5), lows))
+    assert record.values("attn100/train_accuracy") == {s: r["models"][0]["train_eval"]["accuracy"]
+                                                       for s, r in zip((3, 5), runs)}
+    assert record.command == "assocmem " + " ".join(argv)
+    assert main(argv) == 2  # the stored result is not replaced without --overwrite

@@ -1,0 +1,168 @@
+"""The registry of reproducible results, and how a rerun is judged against the stored one.
+
+Every number the README quotes comes from a result registered here: its name, the
+``assocmem`` command that makes it (arguments, with placeholders), the seeds, which
+metrics are checked and with what tolerance, and how long one seed takes. The stored
+record is ``docs/results/<name>.json`` (format: ``training/results.py``);
+``assocmem reproduce NAME`` reruns the command into a fresh folder and compares.
+
+Placeholders in ``Reproducible.command``:
+
+    {seeds}    the seeds, one argument each          (documented: the registered seeds)
+    {out}      a folder the command may create        (documented: runs/<name>)
+    {result}   the result record the command writes   (documented: docs/results/<name>.json)
+
+The tolerance rule (``Check``): a rerun value v of a metric holds when
+
+    |v − mean| ≤ max(range, atol)            mean, range = max − min over the stored seeds
+
+(the stored result's own spread over seeds, never narrower than ``atol``), and, if set,
+v ≥ at_least (a claim such as "every seed reaches 0.9"). Each rerun seed is judged on
+its own, so ``--quick`` (one seed) uses the same rule. Same machine, same thread count:
+the runs are deterministic and the rerun repeats the stored per-seed values; another
+CPU rounds differently, which the spread over seeds covers.
+
+Adding a result: write the command (it must accept the seeds and write the record with
+``training.results.write_result``), run it with the documented paths, commit the JSON,
+then add one ``register(Reproducible(...))`` call below.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .results import REPO_ROOT, ResultRecord
+
+RESULTS_DIR = REPO_ROOT / "docs" / "results"
+PLACEHOLDERS = ("{seeds}", "{out}", "{result}")
+
+
+@dataclass(frozen=True)
+class Check:
+    """One metric of a result and how a rerun of it is judged (see the module docstring)."""
+
+    metric: str
+    atol: float = 0.0               # the half-width never goes below this (spread 0, e.g. every seed at 1.0)
+    at_least: float | None = None   # every rerun seed must also reach this value
+
+    def interval(self, stored: ResultRecord) -> tuple[float, float]:
+        """[low, high] a rerun value must lie in."""
+        s = stored.summary[self.metric]
+        half = max(s.range, self.atol)
+        low = s.mean - half if self.at_least is None else max(s.mean - half, self.at_least)
+        return low, s.mean + half
+
+
+@dataclass(frozen=True)
+class Reproducible:
+    """A registered result: the command that makes it and what a rerun must repeat."""
+
+    name: str
+    description: str
+    command: tuple[str, ...]   # assocmem arguments with the placeholders {seeds}, {out}, {result}
+    seeds: tuple[int, ...]
+    checks: tuple[Check, ...]
+    minutes_per_seed: float    # one seed, one thread, the reference machine (2-core AMD EPYC), idle
+    quick_seeds: tuple[int, ...] = field(default=())  # --quick reruns these (default: the first seed)
+
+    def __post_init__(self):
+        missing = [p for p in PLACEHOLDERS if not any(p in arg for arg in self.command)]
+        if missing:
+            raise ValueError(f"result {self.name!r}: the command needs the placeholders {missing} "
+                             f"(every rerun goes into a fresh folder and writes its own record)")
+        if any("{seeds}" in arg and arg != "{seeds}" for arg in self.command):
+            raise ValueError(f"result {self.name!r}: {{seeds}} must be an argument of its own (it expands to one "
+                             f"argument per seed)")
+        if not self.seeds or not self.checks:
+            raise ValueError(f"result {self.name!r}: give at least one seed and one Check")
+
+    @property
+    def stored_path(self) -> Path:
+        return RESULTS_DIR / f"{self.name}.json"
+
+    def argv(self, seeds: tuple[int, ...] | list[int], out: str | Path, result: str | Path) -> list[str]:
+        """The command's arguments with the placeholders filled in."""
+        args: list[str] = []
+        for arg in self.command:
+            if arg == "{seeds}":
+                args += [str(s) for s in seeds]
+            else:
+                args.append(arg.replace("{out}", str(out)).replace("{result}", str(result)))
+        return args
+
+    def documented_command(self) -> str:
+        """The command as the README gives it (the stored record was written by exactly this)."""
+        import shlex
+
+        return shlex.join(["assocmem", *self.argv(self.seeds, f"runs/{self.name}",
+                                                   f"docs/results/{self.name}.json")])
+
+    def rerun_seeds(self, quick: bool) -> tuple[int, ...]:
+        return (self.quick_seeds or self.seeds[:1]) if quick else self.seeds
+
+
+REPRODUCIBLE: dict[str, Reproducible] = {}
+
+
+def register(entry: Reproducible) -> Reproducible:
+    """Add a result to the registry (names are unique)."""
+    if entry.name in REPRODUCIBLE:
+        raise ValueError(f"a result named {entry.name!r} is already registered")
+    REPRODUCIBLE[entry.name] = entry
+    return entry
+
+
+def get(name: str) -> Reproducible:
+    """The registered result ``name`` (the error lists the registered names)."""
+    try:
+        return REPRODUCIBLE[name]
+    except KeyError:
+        raise KeyError(f"no reproducible result named {name!r}; registered: {sorted(REPRODUCIBLE)}") from None
+
+
+# ---------------------------------------------------------------- judging a rerun
+@dataclass(frozen=True)
+class Verdict:
+    """One checked metric of one rerun seed."""
+
+    metric: str
+    seed: int
+    value: float | None
+    stored_value: float | None    # the stored record's value for the same seed (None if it has no such seed)
+    low: float
+    high: float
+
+    @property
+    def holds(self) -> bool:
+        return self.value is not None and self.low <= self.value <= self.high
+
+
+def judge(entry: Reproducible, stored: ResultRecord, rerun: ResultRecord) -> list[Verdict]:
+    """Every (checked metric, rerun seed) pair with its interval; see the module docstring."""
+    verdicts = []
+    for check in entry.checks:
+        if check.metric not in stored.summary:
+            raise ValueError(f"{entry.stored_path}: the stored result has no metric {check.metric!r} "
+                             f"(it has {sorted(stored.summary)})")
+        low, high = check.interval(stored)
+        before = stored.values(check.metric)
+        for seed, value in rerun.values(check.metric).items():
+            verdicts.append(Verdict(check.metric, seed, value, before.get(seed), low, high))
+    return verdicts
+
+
+def verdict_table(verdicts: list[Verdict], stored: ResultRecord) -> str:
+    """Markdown: one row per checked metric and rerun seed."""
+    rows = ["| metric | seed | rerun | stored (same seed) | stored mean [min, max] over seeds | holds if in | holds |",
+            "|---|---|---|---|---|---|---|"]
+    fmt = lambda x: "—" if x is None else f"{x:.4g}"  # noqa: E731
+    for v in verdicts:
+        s = stored.summary[v.metric]
+        rows.append(f"| {v.metric} | {v.seed} | {fmt(v.value)} | {fmt(v.stored_value)} | "
+                    f"{s.mean:.4g} [{s.min:.4g}, {s.max:.4g}] (n={s.n}) | [{v.low:.4g}, {v.high:.4g}] | "
+                    f"{'yes' if v.holds else '**no**'} |")
+    return "\n".join(rows) + "\n"
+
+
+# ---------------------------------------------------------------- the registry
+# One call per result; the stored record is docs/results/<name>.json.
