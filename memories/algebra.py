@@ -5,7 +5,8 @@ each valid combination falls in. One place, used by MixerSpec validation,
 Classes (ARCHITECTURE.md, "lower"):
 
     hebbian        Matrix + DotProduct + (None | L2Decay) + GD
-    delta          Matrix + L2 + (None | L2Decay scalar/fixed) + (RetainThenGD | Implicit), or + None + GD
+    delta          Matrix + L2 + (None | L2Decay) + RetainThenGD (per-key decay: KDA),
+                   or + (None | L2Decay scalar/fixed) + Implicit, or + None + GD
     diag_rank1     Matrix + L2 + L2Decay + GD (the "joint" single step)
     spectral       Spectral + CharacteristicFunction + None + ClosedForm
     nonparametric  NonParametric + NadarayaWatson + (None | Window) + ClosedForm
@@ -90,7 +91,9 @@ def algebra_class(spec: AxesLike) -> str:
         return "hebbian"
     if plain and isinstance(b, L2):
         scalar_decay = isinstance(r, NoRetention) or (isinstance(r, L2Decay) and r.gate != "key")
-        if scalar_decay and isinstance(o, (RetainThenGD, Implicit)):
+        if decay and isinstance(o, RetainThenGD):  # per-key decay too: Kimi Delta Attention
+            return "delta"
+        if scalar_decay and isinstance(o, Implicit):
             return "delta"
         if isinstance(r, NoRetention) and isinstance(o, GD):
             return "delta"

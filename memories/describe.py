@@ -29,6 +29,8 @@ def _delta(spec) -> str:
     if isinstance(o, Implicit):
         return (f"M_t = {a}M_{{t-1}}(I − ε_t k_t k_tᵀ) + ε_t v_t k_tᵀ,  ε_t = β_t / (1 + β_t ‖k_t‖²)"
                 "  (exact proximal step, Longhorn)")
+    if a.startswith("diag"):  # S_t = (I − β k kᵀ) diag(α) S_{t−1} + β k vᵀ with M = Sᵀ
+        return "M_t = M_{t-1} diag(α_t)(I − β_t k_t k_tᵀ) + β_t v_t k_tᵀ  (Kimi Delta Attention)"
     return f"M_t = {a}M_{{t-1}}(I − β_t k_t k_tᵀ) + β_t v_t k_tᵀ"
 
 

@@ -20,9 +20,9 @@ from typing import NamedTuple
 import torch
 import torch.nn as nn
 
-from .ops.attention import recurrent_softmax_attention, sdpa_softmax_attention
+from .lower import FAMILIES
 
-ATTENTION_FORMS = {"sdpa": sdpa_softmax_attention, "recurrent": recurrent_softmax_attention}
+ATTENTION_FORMS = FAMILIES["softmax_attention"].ops  # form -> op, from the class table (lower.py)
 
 
 class AttentionState(NamedTuple):

@@ -25,8 +25,9 @@ from typing import Callable
 
 import torch
 
-from assocmem.memories import Implicit, L2Decay, NoRetention, window_of
+from assocmem.memories import L2Decay, NoRetention, window_of
 
+from .lower import family_name
 from .spec import MixerSpec
 
 F32_ATOL = 1e-4  # float32-internal references: O(1)–O(10) values (Mamba2 Δ up to ~5), T ≤ 128
@@ -149,14 +150,14 @@ def _mamba2_chunk_scan() -> Callable | None:
 # ------------------------------------------------------------------ FLA naive
 
 
-def _fla_refs(spec: MixerSpec) -> list[ExternalRef]:
-    cls, r = spec.algebra, spec.retention
+def _fla_refs(spec: MixerSpec, family: str) -> list[ExternalRef]:
+    r = spec.retention
     out: list[ExternalRef] = []
-    if cls == "hebbian":
+    if family == "hebbian":
         out += _fla_hebbian(r)
-    elif cls == "delta" and not isinstance(spec.optimizer, Implicit):
+    elif family == "delta_rule":
         out += _fla_delta(r)
-    elif cls == "nonparametric":
+    elif family == "softmax_attention":
         mod = _fla_naive("attn")
         if mod is not None:
             w = window_of(spec)
@@ -235,13 +236,13 @@ def _fla_delta(r) -> list[ExternalRef]:
 def external_references(spec: MixerSpec) -> list[ExternalRef]:
     """Every installed external reference that computes ``spec``'s recurrence."""
     refs: list[ExternalRef] = []
-    cls = spec.algebra
-    if cls == "delta" and not isinstance(spec.optimizer, Implicit):
+    family = family_name(spec)  # the row of the class table (lower.py)
+    if family == "delta_rule":
         for kind in ("chunk", "recurrent"):
             if (fn := _qwen3_next(kind)) is not None:
                 atol = F32_ATOL if _casts_with_float(fn.reference) else F64_ATOL
                 refs.append(ExternalRef(f"transformers:qwen3_next.torch_{kind}_gated_delta_rule", fn, atol, True))
-    if cls == "hebbian" and spec.layer.lr_gate == "dt" and (fn := _mamba2_chunk_scan()) is not None:
+    if family == "hebbian" and spec.layer.lr_gate == "dt" and (fn := _mamba2_chunk_scan()) is not None:
         # it takes (Δ, A) where we take (β, log α = β·A): gradients are comparable for q, k, v only
         refs.append(ExternalRef("transformers:mamba2.mamba2_chunk_scan", fn, F32_ATOL, True, ("q", "k", "v")))
-    return refs + _fla_refs(spec)
+    return refs + _fla_refs(spec, family)

@@ -1,40 +1,138 @@
-"""lower(spec): choose an executable form of a spec from its algebra.
+"""lower(spec): the executable forms of a spec, chosen from its algebra. THE class table.
 
-The rules are explicit (ARCHITECTURE.md, "lower"), read off the spec's axes by
-``algebra_class``, never guessed numerically and never switched silently by
-sequence length or environment:
+Every choice of code by algebra is made here, in ``FAMILIES`` and ``family_of``: which ops a
+class has, which form ``auto`` picks, which one is the hand-written (published) recurrence,
+the default chunk size and whether the optimizer's base lr scales the step. The class itself
+is read off the spec's axes by ``algebra_class`` (memories/algebra.py), never guessed
+numerically and never switched by sequence length or environment.
 
-    class          forms (first = auto)                     hand-written family
-    hebbian        chunk, recurrent                          ops/hebbian.py
-    delta          chunk, recurrent                          ops/delta.py
-    diag_rank1     chunk, recurrent                          ops/delta.py (joint)
-    spectral       prefix_sum, masked_matmul, recurrent      ops/spectral.py
-    nonparametric  sdpa, recurrent                           ops/attention.py
-    scan           scan, recurrent, chunk_approx (opt-in)    derive() compiled / ops/chunk_approx.py
+    class          family              forms (first = auto)                      ops
+    hebbian        hebbian             chunk, recurrent                          ops/hebbian.py
+    delta          delta_rule          chunk, recurrent                          ops/delta.py
+                   longhorn            chunk, recurrent  (implicit optimizer)    ops/delta.py
+                   kda                 chunk, recurrent  (per-key decay)         ops/delta.py
+    diag_rank1     delta_rule_joint    chunk, recurrent                          ops/delta.py
+    spectral       spectral            prefix_sum, masked_matmul, recurrent      ops/spectral.py
+    nonparametric  softmax_attention   sdpa, recurrent                           ops/attention.py
+    scan           scan                scan, recurrent, chunk_approx (opt-in)    derive() / ops/chunk_approx.py
 
-"recurrent" is the hand-written recurrence where the class has one, else the
-derived step. Every form has the op contract of the class.
+"recurrent" is the hand-written recurrence of the published rule (scan: the derived step,
+uncompiled; its published rule, where one exists, is in references.py). Every form of a
+class has the op contract of the class (ARCHITECTURE.md, "Functional op contract").
+A new family is one ops file, one row here and, if its class is new, one branch of
+``family_of``.
 """
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
-from assocmem.memories import Implicit, derive
+from assocmem.memories import Implicit, L2Decay, derive, window_of
+from assocmem.memories.derive import RecurrentStep
 
-from .references import with_lr
+from .ops import attention, delta, delta_chunk, hebbian, spectral
+from .ops.chunk_approx import chunk_approx_scan
+from .references import online_rule
 from .spec import MixerSpec
 
-FORMS: dict[str, tuple[str, ...]] = {
-    "hebbian": ("chunk", "recurrent"),
-    "delta": ("chunk", "recurrent"),
-    "diag_rank1": ("chunk", "recurrent"),
-    "spectral": ("prefix_sum", "masked_matmul", "recurrent"),
-    "nonparametric": ("sdpa", "recurrent"),
-    "scan": ("scan", "recurrent", "chunk_approx"),
-}
 APPROXIMATE = frozenset({"chunk_approx"})  # never chosen by "auto"
+
+
+def _derived_step(spec: MixerSpec, compile: bool) -> Callable:
+    derive(spec)  # validates the axes
+    return RecurrentStep(spec, compile=compile)
+
+
+@dataclass(frozen=True)
+class Family:
+    """One row of the class table: the ops of a family of published mixers.
+
+    ops: form -> op with the class's op contract (first = auto); for the scan class a factory
+    spec -> op. beta: what the ops' β_t is: "step" (the step size η_t of a gradient step),
+    "write" (an optional write strength, 1 when None), "weight" (the spectral contribution
+    p_t) or "none". bind: the keywords a spec fixes in every op (window, den_floor). lr: the
+    optimizer's base lr scales β (``with_lr``). other_order: the family whose recurrence
+    composes retention and step in the other order, and what it is (verify shows they differ).
+    """
+
+    cls: str
+    ops: dict[str, Callable]
+    beta: str
+    hand_written: str | None = None  # name of the "recurrent" op when it is the published rule
+    default_chunk: Callable[[int], int] | None = None  # head width K -> C of the chunk form
+    lr: bool = False
+    bind: Callable[[MixerSpec], dict] = field(default=lambda spec: {})
+    other_order: tuple[str, str] | None = None
+
+    @property
+    def forms(self) -> tuple[str, ...]:
+        return tuple(self.ops)
+
+
+def _window(spec: MixerSpec) -> dict:
+    return {"window": window_of(spec)}
+
+
+def _den_floor(spec: MixerSpec) -> dict:
+    return {"den_floor": spec.memory.den_floor}
+
+
+_DELTA = dict(cls="delta", beta="step", lr=True, default_chunk=delta_chunk.default_chunk_size)
+
+FAMILIES: dict[str, Family] = {
+    "hebbian": Family(
+        cls="hebbian", beta="write", lr=True, default_chunk=hebbian.default_chunk_size,
+        ops={"chunk": hebbian.chunk_hebbian, "recurrent": hebbian.recurrent_hebbian},
+        hand_written="recurrent_hebbian"),
+    "delta_rule": Family(
+        **_DELTA, ops={"chunk": delta.chunk_delta_rule, "recurrent": delta.recurrent_delta_rule},
+        hand_written="recurrent_delta_rule", other_order=("delta_rule_joint", "one joint GD step; must differ")),
+    "longhorn": Family(
+        **_DELTA, ops={"chunk": delta.chunk_longhorn, "recurrent": delta.recurrent_longhorn},
+        hand_written="recurrent_longhorn"),
+    "kda": Family(
+        **_DELTA, ops={"chunk": delta.chunk_kda, "recurrent": delta.recurrent_kda},
+        hand_written="recurrent_kda"),
+    "delta_rule_joint": Family(
+        **{**_DELTA, "cls": "diag_rank1"},
+        ops={"chunk": delta.chunk_delta_rule_joint, "recurrent": delta.recurrent_delta_rule_joint},
+        hand_written="recurrent_delta_rule_joint", other_order=("delta_rule", "published Gated DeltaNet; must differ")),
+    "spectral": Family(
+        cls="spectral", beta="weight", bind=_den_floor,
+        ops={"prefix_sum": spectral.prefix_sum_spectral, "masked_matmul": spectral.masked_matmul_spectral,
+             "recurrent": spectral.recurrent_spectral},
+        hand_written="recurrent_spectral"),
+    "softmax_attention": Family(
+        cls="nonparametric", beta="none", bind=_window,
+        ops={"sdpa": attention.sdpa_softmax_attention, "recurrent": attention.recurrent_softmax_attention},
+        hand_written="recurrent_softmax_attention"),
+    "scan": Family(  # ops are factories of the spec (the derived step, compiled or not; chunk_approx)
+        cls="scan", beta="step",
+        ops={"scan": functools.partial(_derived_step, compile=True),
+             "recurrent": functools.partial(_derived_step, compile=False),
+             "chunk_approx": lambda spec: functools.partial(chunk_approx_scan, spec)}),
+}
+
+
+# class -> its forms (the families of one class share them); first = auto
+FORMS: dict[str, tuple[str, ...]] = {fam.cls: fam.forms for fam in FAMILIES.values()}
+
+
+def family_name(spec: MixerSpec) -> str:
+    """The row of ``spec`` in ``FAMILIES``: its class, then (delta class) the optimizer and the decay gate."""
+    cls = spec.algebra
+    if cls == "delta":
+        if isinstance(spec.optimizer, Implicit):
+            return "longhorn"
+        per_key = isinstance(spec.retention, L2Decay) and spec.retention.gate == "key"
+        return "kda" if per_key else "delta_rule"
+    return {"diag_rank1": "delta_rule_joint", "nonparametric": "softmax_attention"}.get(cls, cls)
+
+
+def family_of(spec: MixerSpec) -> Family:
+    """The row of ``spec`` in the class table."""
+    return FAMILIES[family_name(spec)]
 
 
 @dataclass(frozen=True)
@@ -51,73 +149,67 @@ class Form:
 
 
 def available_forms(spec: MixerSpec) -> list[str]:
-    return list(FORMS[spec.algebra])
+    return list(family_of(spec).forms)
 
 
 def lower(spec: MixerSpec, form: str = "auto") -> Form:
     """The requested form of ``spec`` ("auto" = the fastest exact one for its class)."""
-    cls = spec.algebra
-    forms = FORMS[cls]
-    name = forms[0] if form == "auto" else form
-    if name not in forms:
+    fam = family_of(spec)
+    name = fam.forms[0] if form == "auto" else form
+    if name not in fam.ops:
         raise ValueError(
-            f"form {form!r} is not available for {spec.name or 'this spec'}: its class is {cls!r} "
-            f"({_why(cls, name)}); available forms: {list(forms)}"
+            f"form {form!r} is not available for {spec.name or 'this spec'}: its class is {fam.cls!r} "
+            f"({_why(name)}); available forms: {list(fam.forms)}"
         )
-    fn = _build(spec, cls, name)
-    if cls in ("hebbian", "delta", "diag_rank1"):
-        fn = with_lr(fn, getattr(spec.optimizer, "lr", 1.0))
-    return Form(name, cls, fn, exact=name not in APPROXIMATE)
+    return Form(name, fam.cls, _bound(spec, fam, fam.ops[name]), exact=name not in APPROXIMATE)
 
 
-def _why(cls: str, name: str) -> str:
+def hand_written(spec: MixerSpec) -> tuple[str, Callable] | None:
+    """(name, fn) of the published recurrence equal to ``spec``, or None.
+
+    Keyed on the spec's axes (not its name), so a user's spec that happens to be a published
+    mixer is checked against that mixer's hand-written recurrence (scan class: references.py).
+    """
+    fam = family_of(spec)
+    if fam.hand_written is None:
+        found = online_rule(spec)
+        return None if found is None else (found[0], with_lr(found[1], _base_lr(spec)))
+    return fam.hand_written, _bound(spec, fam, fam.ops["recurrent"])
+
+
+def _bound(spec: MixerSpec, fam: Family, op: Callable) -> Callable:
+    if fam.cls == "scan":
+        return op(spec)
+    fn = functools.partial(op, **fam.bind(spec)) if fam.bind(spec) else op
+    return with_lr(fn, _base_lr(spec)) if fam.lr else fn
+
+
+def _base_lr(spec: MixerSpec) -> float:
+    return getattr(spec.optimizer, "lr", 1.0)
+
+
+def default_chunk_size(spec: MixerSpec, K: int) -> int | None:
+    """C of the spec's chunk form at head width K when the caller passes none (None: no chunk form)."""
+    fam = family_of(spec)
+    return None if fam.default_chunk is None else fam.default_chunk(K)
+
+
+def with_lr(fn: Callable, lr: float) -> Callable:
+    """Hand-written forms take η_t = β_t; an optimizer's base lr makes η_t = lr·β_t."""
+    if lr == 1.0:
+        return fn
+
+    @functools.wraps(fn)
+    def scaled(q, k, v, *, beta=None, **kw):
+        beta = q.new_full(q.shape[:3], lr) if beta is None else lr * beta
+        return fn(q, k, v, beta=beta, **kw)
+
+    return scaled
+
+
+def _why(name: str) -> str:
     if name in ("chunk", "prefix_sum", "sdpa", "masked_matmul"):
         return f"a {name} form needs the algebra of another class, which this spec's axes do not have"
     if name == "chunk_approx":
         return "chunk_approx is only offered where no exact parallel form exists (class 'scan')"
     return "unknown form name"
-
-
-def _build(spec: MixerSpec, cls: str, name: str) -> Callable:
-    if cls == "scan":
-        if name == "chunk_approx":
-            from .ops.chunk_approx import chunk_approx_scan
-
-            return functools.partial(chunk_approx_scan, spec)
-        return _derived(spec, compile=name == "scan")
-    if cls == "hebbian":
-        from .ops import hebbian
-
-        return hebbian.chunk_hebbian if name == "chunk" else hebbian.recurrent_hebbian
-    if cls in ("delta", "diag_rank1"):
-        return _delta_form(spec, cls, name)
-    if cls == "spectral":
-        from .ops import spectral
-
-        fn = {"prefix_sum": spectral.prefix_sum_spectral, "masked_matmul": spectral.masked_matmul_spectral,
-              "recurrent": spectral.recurrent_spectral}[name]
-        return functools.partial(fn, den_floor=spec.memory.den_floor)
-    from assocmem.memories import window_of
-
-    from .ops import attention
-
-    fn = attention.sdpa_softmax_attention if name == "sdpa" else attention.recurrent_softmax_attention
-    return functools.partial(fn, window=window_of(spec))
-
-
-def _delta_form(spec: MixerSpec, cls: str, name: str) -> Callable:
-    from .ops import delta
-
-    chunk = name == "chunk"
-    if cls == "diag_rank1":
-        return delta.chunk_delta_rule_joint if chunk else delta.recurrent_delta_rule_joint
-    if isinstance(spec.optimizer, Implicit):
-        return delta.chunk_longhorn if chunk else delta.recurrent_longhorn
-    return delta.chunk_delta_rule if chunk else delta.recurrent_delta_rule
-
-
-def _derived(spec: MixerSpec, compile: bool) -> Callable:
-    from assocmem.memories.derive import RecurrentStep
-
-    derive(spec)  # validates the axes
-    return RecurrentStep(spec, compile=compile)

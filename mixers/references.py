@@ -1,57 +1,32 @@
-"""hand_written(spec): the published update rule that a spec should reproduce.
+"""The published online-learning rules of the scan class, keyed on the spec's axes.
 
-Keyed on the spec's axes (not its name), so a user's spec that happens to be a
-published mixer is checked against that mixer's hand-written recurrence. Each
-entry is written from the paper's equation in mixers/ops/<family>.py.
+A spec of the scan class (no exact parallel form) that is a published mixer is checked by
+``verify`` against that mixer's hand-written recurrence (mixers/ops/online.py, each written
+from the paper's equation). The exact classes' hand-written recurrences are rows of the class
+table in lower.py; ``lower.hand_written(spec)`` asks here for the scan class.
+
+    rule                    memory                     bias       retention          optimizer
+    recurrent_ttt_linear    matrix(layernorm_residual) l2         none               gd
+    recurrent_huber_delta   matrix                     huber      none | l2_decay    retain_then_gd (gd: none)
+    recurrent_lp_delta      matrix                     lp         none | l2_decay    retain_then_gd (gd: none)
+    recurrent_titans        matrix                     l2         none | l2_decay    momentum
+
+(l2_decay with a scalar or fixed gate: the rules take one decay per head.)
 """
 from __future__ import annotations
 
 import functools
 from typing import Callable
 
-from assocmem.memories import (
-    L2, GD, Huber, Implicit, L2Decay, Lp, Matrix, Momentum, NoRetention, RetainThenGD, window_of,
-)
+from assocmem.memories import GD, L2, Huber, L2Decay, Lp, Matrix, Momentum, NoRetention, RetainThenGD
+from assocmem.memories.deprecation import moved, names_in
 
+from .ops import online
 from .spec import MixerSpec
 
 
-def hand_written(spec: MixerSpec) -> tuple[str, Callable] | None:
-    """(name, fn) of the published recurrence equal to ``spec``, or None."""
-    found = _lookup(spec)
-    if found is None:
-        return None
-    return found[0], with_lr(found[1], getattr(spec.optimizer, "lr", 1.0))
-
-
-def _lookup(spec: MixerSpec) -> tuple[str, Callable] | None:
-    cls = spec.algebra
-    if cls == "hebbian":
-        from .ops.hebbian import recurrent_hebbian
-
-        return "recurrent_hebbian", recurrent_hebbian
-    if cls in ("delta", "diag_rank1"):
-        from .ops import delta
-
-        if cls == "diag_rank1":
-            return "recurrent_delta_rule_joint", delta.recurrent_delta_rule_joint
-        if isinstance(spec.optimizer, Implicit):
-            return "recurrent_longhorn", delta.recurrent_longhorn
-        return "recurrent_delta_rule", delta.recurrent_delta_rule
-    if cls == "spectral":
-        from .ops.spectral import recurrent_spectral
-
-        return "recurrent_spectral", functools.partial(recurrent_spectral, den_floor=spec.memory.den_floor)
-    if cls == "nonparametric":
-        from .ops.attention import recurrent_softmax_attention
-
-        return "recurrent_softmax_attention", functools.partial(recurrent_softmax_attention, window=window_of(spec))
-    return _online(spec)
-
-
-def _online(spec: MixerSpec) -> tuple[str, Callable] | None:
-    from .ops import online
-
+def online_rule(spec: MixerSpec) -> tuple[str, Callable] | None:
+    """(name, fn) of the published scan-class rule equal to ``spec`` (table above), or None."""
     m, b, r, o = spec.memory, spec.bias, spec.retention, spec.optimizer
     if not isinstance(m, Matrix) or not isinstance(r, (NoRetention, L2Decay)):
         return None
@@ -71,14 +46,5 @@ def _online(spec: MixerSpec) -> tuple[str, Callable] | None:
     return None
 
 
-def with_lr(fn: Callable, lr: float) -> Callable:
-    """Hand-written forms take η_t = β_t; an optimizer's base lr makes η_t = lr·β_t."""
-    if lr == 1.0:
-        return fn
-
-    @functools.wraps(fn)
-    def scaled(q, k, v, *, beta=None, **kw):
-        beta = q.new_full(q.shape[:3], lr) if beta is None else lr * beta
-        return fn(q, k, v, beta=beta, **kw)
-
-    return scaled
+# ------------------------------------------------------------------ old paths (removed in 0.2.0)
+__getattr__ = moved(__name__, names_in("assocmem.mixers.lower", "hand_written", "with_lr"))

@@ -67,16 +67,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .ops.spectral import (masked_matmul_spectral, prefix_sum_spectral, recurrent_spectral,
-                           spectral_running_state)
+from .lower import FAMILIES
+from .ops.spectral import spectral_running_state
 
 __all__ = ["SCALayer", "SCAState", "SCA_FORMS"]
 
-SCA_FORMS = {
-    "prefix_sum": prefix_sum_spectral,
-    "masked_matmul": masked_matmul_spectral,
-    "recurrent": recurrent_spectral,
-}
+SCA_FORMS = FAMILIES["spectral"].ops  # form -> op, from the class table (lower.py)
 P_MIN, P_MAX = 1e-4, 5000.0  # clip on the contribution weight (step 8)
 DEN_FLOOR = 1e-4  # floor on Σp before normalising (step 11)
 NORM_EPS = 1e-6  # GatedRMSNorm eps (step 14)

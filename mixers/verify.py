@@ -19,11 +19,10 @@ from typing import Callable
 
 import torch
 
-from assocmem.memories import L2Decay, Momentum, derive
+from assocmem.memories import L2Decay, Momentum, NonParametric, Spectral, derive
 
 from .external import external_references
-from .lower import FORMS, APPROXIMATE, lower
-from .references import hand_written
+from .lower import APPROXIMATE, FAMILIES, available_forms, family_of, hand_written, lower
 from .spec import MixerSpec
 
 EXACT_ATOL = 1e-10  # float64, derived vs hand-written / lowered forms
@@ -59,7 +58,7 @@ def make_case(spec: MixerSpec, *, B=2, T=33, H=2, K=8, V=6, dtype=torch.float64,
     """Random inputs consistent with ``spec``'s gates and layer options."""
     g = torch.Generator().manual_seed(seed)
     rnd = lambda *s: torch.randn(*s, generator=g, dtype=dtype)  # noqa: E731
-    if spec.algebra == "spectral":
+    if isinstance(spec.memory, Spectral):
         return _spectral_case(spec, rnd, B, T, H, K, with_state)
     square = spec.memory.kind == "diagonal" or getattr(spec.memory, "norm", "none") != "none"
     V = K if square else V
@@ -68,7 +67,7 @@ def make_case(spec: MixerSpec, *, B=2, T=33, H=2, K=8, V=6, dtype=torch.float64,
         q, k = torch.nn.functional.normalize(q, dim=-1), torch.nn.functional.normalize(k, dim=-1)
     tensors = dict(q=q, k=k, v=v, **_gates(spec, rnd, B, T, H, K))
     init = _matrix_state(spec, rnd, B, H, K, V) if with_state else None
-    if spec.algebra == "nonparametric" and with_state:
+    if isinstance(spec.memory, NonParametric) and with_state:
         init = (rnd(B, H, 3, K), rnd(B, H, 3, V))
     for t in tensors.values():
         t.requires_grad_(True)
@@ -82,7 +81,7 @@ def _gates(spec, rnd, B, T, H, K) -> dict[str, torch.Tensor]:
         dt = torch.nn.functional.softplus(rnd(B, T, H))
         A = -torch.exp(0.5 * rnd(H))
         return dict(beta=dt, log_alpha=dt * A)
-    if lay.lr_gate == "sigmoid" or spec.algebra in ("delta", "diag_rank1", "scan"):
+    if lay.lr_gate == "sigmoid" or family_of(spec).beta == "step":  # a step size is always drawn
         out["beta"] = torch.sigmoid(rnd(B, T, H))
         if spec.bias.kind == "lp":  # ∇ ∝ |e|^{p−1}: keep the step in the stable (non-divergent) regime
             out["beta"] = 0.2 * out["beta"]
@@ -100,7 +99,7 @@ def _gates(spec, rnd, B, T, H, K) -> dict[str, torch.Tensor]:
 
 
 def _matrix_state(spec, rnd, B, H, K, V):
-    if spec.algebra == "nonparametric":
+    if isinstance(spec.memory, NonParametric):
         return None
     S = 0.1 * rnd(B, H, K, V)
     if spec.memory.kind == "diagonal":
@@ -173,7 +172,7 @@ def _pairs(spec: MixerSpec) -> list[tuple[str, Callable, float, bool, dict, tupl
     hw = hand_written(spec)
     if hw is not None:
         pairs.append((f"derived vs {hw[0]} (hand-written)", hw[1], EXACT_ATOL, True, {}, None))
-    for name in FORMS[spec.algebra]:
+    for name in available_forms(spec):
         if name in APPROXIMATE or name == "recurrent":
             continue  # recurrent = the hand-written one above (or derived itself)
         extra = {"chunk_size": 16} if name == "chunk" else {}
@@ -184,19 +183,13 @@ def _pairs(spec: MixerSpec) -> list[tuple[str, Callable, float, bool, dict, tupl
 
 
 def _ordering_checks(spec: MixerSpec) -> list[tuple[str, Callable]]:
-    """Gated DeltaNet composition order: the other ordering must give a different update."""
-    r = spec.retention
-    if not (isinstance(r, L2Decay) and r.gate != "key") or spec.algebra not in ("delta", "diag_rank1"):
+    """Gated DeltaNet composition order (retain then step, or one joint step): with a scalar decay
+    and a step after it, the family of the other order (``Family.other_order``) must differ."""
+    r, other = spec.retention, family_of(spec).other_order
+    if other is None or not (isinstance(r, L2Decay) and r.gate != "key"):
         return []
-    from .ops import delta
-
-    if spec.algebra == "delta" and spec.optimizer.kind == "retain_then_gd":
-        return [("derived vs recurrent_delta_rule_joint (one joint GD step; must differ)",
-                 delta.recurrent_delta_rule_joint)]
-    if spec.algebra == "diag_rank1":
-        return [("derived vs recurrent_delta_rule (published Gated DeltaNet; must differ)",
-                 delta.recurrent_delta_rule)]
-    return []
+    fam = FAMILIES[other[0]]
+    return [(f"derived vs {fam.hand_written} ({other[1]})", fam.ops["recurrent"])]
 
 
 def verify(spec: MixerSpec | str, *, T: int = 70, B: int = 2, H: int = 2, K: int = 8, V: int = 6,

@@ -24,6 +24,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from assocmem.memories import NonParametric
 from assocmem.mixers import MixerSpec, get_preset
 
 LayerEntry = str | MixerSpec
@@ -149,7 +150,7 @@ class HybridConfig(BaseModel):
         if self.mlp_layers == "all":
             return [True] * len(specs)
         if self.mlp_layers == "attention":
-            return [s.algebra == "nonparametric" for s in specs]
+            return [isinstance(s.memory, NonParametric) for s in specs]
         return [i in set(self.mlp_layers) for i in range(len(specs))]
 
     @property

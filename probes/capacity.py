@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from assocmem.memories import NonParametric, Window
+from assocmem.memories import NonParametric, Spectral, Window
 from assocmem.memories.checks import gate_needs
 from assocmem.mixers import MixerSpec, get_preset
 from assocmem.mixers.lower import lower
@@ -144,13 +144,13 @@ def memory_capacity(
         raise TypeError(f"spec: expected a MixerSpec or preset name, got {type(spec).__name__}")
     if min(num_pairs) < 1 or trials < 1:
         raise ValueError(f"num_pairs and trials must be >= 1, got {num_pairs}, {trials}")
-    cls, dtype = spec.algebra, torch.float64
+    mem, dtype = spec.memory, torch.float64  # the memory's kind sets the layout of the stored pairs
     K, V = key_dim, value_dim
-    if cls == "nonparametric":
+    if isinstance(mem, NonParametric):
         w = max(1, (K * V) // (K + V))
         spec = _with_window(spec, w)
         state = spec.memory.state_floats(K, V, seq_len=w)
-    elif cls == "spectral":
+    elif isinstance(mem, Spectral):
         M = max(1, K // 2)
         spec = spec.model_copy(update={"memory": spec.memory.model_copy(update={"points": M})})
         state = spec.memory.state_floats(K, V)
@@ -160,16 +160,16 @@ def memory_capacity(
     gen = torch.Generator().manual_seed(seed)
     raw, scaled = [], []
     for N in num_pairs:
-        if cls == "spectral":
+        if isinstance(mem, Spectral):
             r, v = _spectral_capacity(spec, lowered.fn, N, V, M, trials, gen, dtype)
-        elif cls == "nonparametric":
+        elif isinstance(mem, NonParametric):
             r, v = _nonparametric_capacity(lowered.fn, N, K, V, trials, nw_scale or float(K), gen, dtype)
         else:
             r, v = _matrix_capacity(spec, lowered.fn, N, K, V, trials, write_strength, gen, dtype)
         a, b = _errors(r, v)
         raw.append(a)
         scaled.append(b)
-    return CapacityCurve(label or spec.name or "spec", cls, lowered.name, int(state), list(num_pairs), raw, scaled)
+    return CapacityCurve(label or spec.name or "spec", spec.algebra, lowered.name, int(state), list(num_pairs), raw, scaled)
 
 
 def capacity_sweep(

@@ -26,6 +26,8 @@ MOVED = [  # (old module, old name, new module, new name)
     ("assocmem.training.demo", "main", "assocmem.probes.demo", "main"),
     ("assocmem.probes.cli", "prepare_out", "assocmem.probes.io", "prepare_out"),
     ("assocmem.probes.cli", "load_model", "assocmem.probes.io", "load_model"),
+    ("assocmem.mixers.references", "hand_written", "assocmem.mixers.lower", "hand_written"),
+    ("assocmem.mixers.references", "with_lr", "assocmem.mixers.lower", "with_lr"),
 ]
 
 

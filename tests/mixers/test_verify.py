@@ -12,7 +12,7 @@ from assocmem.memories import derive
 from assocmem.mixers import MixerSpec, get_preset, list_presets
 from assocmem.mixers.external import F32_ATOL
 from assocmem.mixers.lower import lower
-from assocmem.mixers.references import hand_written
+from assocmem.mixers.lower import hand_written
 from assocmem.mixers.verify import EXACT_ATOL, make_case, max_abs_error, run, verify
 from assocmem.training.cli import main as cli
 

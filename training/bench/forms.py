@@ -26,10 +26,8 @@ import torch
 
 from assocmem.memories import derive
 from assocmem.mixers.external import external_references
-from assocmem.mixers.lower import available_forms, lower
-from assocmem.mixers.ops import delta_chunk, hebbian
+from assocmem.mixers.lower import available_forms, default_chunk_size, hand_written, lower
 from assocmem.mixers.presets import get_preset
-from assocmem.mixers.references import hand_written
 from assocmem.mixers.verify import make_case
 
 from .timing import matmul_peak_gflops, measure, measure_round_robin
@@ -54,24 +52,23 @@ class BenchRow:
 # ------------------------------------------------------------------ FLOP counts
 
 
-def chunk_flops(family: str, B: int, T: int, H: int, K: int, V: int, C: int = 64) -> float | None:
-    """Nominal FLOPs of a chunkwise forward (matmuls only)."""
-    n = B * H * (T // C)
+def chunk_flops(family: str, B: int, T: int, H: int, K: int, V: int, C: int | None = 64) -> float | None:
+    """Nominal FLOPs of a chunkwise forward (matmuls only); C is unused by softmax attention."""
+    if family == "softmax":  # causal QKᵀ and P·V
+        return B * H * T * T * (K + V)
     if family == "gated_deltanet":  # KKᵀ, solve, W, U, WS, QKᵀ, A·(U−WS), QS, KᵀU
         per = 2 * C * C * K + C**3 / 3 + 2 * C * C * K + 2 * C * C * V + 2 * C * K * V \
             + 2 * C * C * K + 2 * C * C * V + 2 * C * K * V + 2 * C * K * V
-        return n * per
+        return B * H * (T // C) * per
     if family in ("mamba2", "gla"):  # QKᵀ, A·V, QS, KᵀV
-        return n * (2 * C * C * K + 2 * C * C * V + 4 * C * K * V)
-    if family == "softmax":  # causal QKᵀ and P·V
-        return B * H * T * T * (K + V)
+        return B * H * (T // C) * (2 * C * C * K + 2 * C * C * V + 4 * C * K * V)
     return None
 
 
 # ------------------------------------------------------------------ families
 
 
-def implementations(family: str, T: int) -> dict[str, Callable]:
+def implementations(family: str, T: int, K: int = 64) -> dict[str, Callable]:
     spec = get_preset(family)
     impls: dict[str, Callable] = {}
     if T <= DERIVED_MAX_T:
@@ -82,7 +79,7 @@ def implementations(family: str, T: int) -> dict[str, Callable]:
     for form in ("chunk", "prefix_sum", "masked_matmul", "sdpa"):
         if form in available_forms(spec) and not (form == "masked_matmul" and T > DERIVED_MAX_T):
             impls[form] = lower(spec, form).fn
-    if "chunk" in impls and spec.algebra in ("delta", "diag_rank1"):
+    if "chunk" in impls and default_chunk_size(spec, K) != PEER_CHUNK:
         # the peers' chunk size next to the default (C = K/2 for the delta class): same algebra, more FLOPs
         impls[f"chunk C={PEER_CHUNK}"] = functools.partial(impls["chunk"], chunk_size=PEER_CHUNK)
     for ref in external_references(spec):
@@ -99,12 +96,11 @@ def _is_fast(impl: str) -> bool:
     return impl in ("chunk", "sdpa") or impl.startswith("chunk C=")
 
 
-def chunk_size_used(spec, impl: str, K: int) -> int:
-    """C of a chunk row: the one named in it, else the op's default for head width K."""
+def chunk_size_used(spec, impl: str, K: int) -> int | None:
+    """C of a chunk row: the one named in it, else the op's default for head width K (None: no chunk form)."""
     if impl.startswith("chunk C="):
         return int(impl.split("=")[1])
-    return delta_chunk.default_chunk_size(K) if spec.algebra in ("delta", "diag_rank1") else \
-        hebbian.default_chunk_size(K)
+    return default_chunk_size(spec, K)
 
 
 def _is_reference(impl: str) -> bool:
@@ -128,7 +124,7 @@ def bench_family(family: str, Ts, modes, *, B=1, H=4, K=64, V=64, peak: float, l
         inputs = {n: t.detach() for n, t in case.tensors.items()}
         extra = {} if case.scale is None else {"scale": case.scale}
         bind = lambda f: lambda q, k, v, **kw: f(q, k, v, **kw, **extra)  # noqa: E731
-        impls = {name: bind(fn) for name, fn in implementations(family, T).items()
+        impls = {name: bind(fn) for name, fn in implementations(family, T, K).items()
                  if not only or any(o in name for o in only)}
         fast = {n: f for n, f in impls.items() if not _is_reference(n)}
         refs = [n for n in impls if _is_reference(n)]
