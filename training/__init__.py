@@ -5,9 +5,15 @@
 
     config.py         TrainConfig (pydantic, YAML), load_config(path, overrides), --set parsing
     tasks.py          synthetic datasets: mqar_dataset (Zoology), graph_walk_dataset, selective_copy_dataset
+    verifiable/       tasks with checkers (chain_sum, graph_path, modular), GSM8K-style '#### answer' files
+    prompt_response.py  prompt + response rows with the loss on the response only
+    generation.py     batched sampling through generate() with the cache; response log-probs; context limits
+    estimators.py     pass@k, maj@k, best-of-N, weighted vote, bootstrap intervals
     graphs.py         make_graph("grid" | "ring" | "hex"), random_walk (Park et al. 2025)
-    data.py           local text/jsonl/parquet files, byte tokenizer, packing; build_datasets(cfg.data)
-    model_factory.py  build_from_config(cfg.model, vocab_size): HybridConfig / preset / transformers config
+    data.py           build_datasets(cfg.data): synthetic tasks, verifiable tasks, packed text, prompt/response files
+    text_files.py     local text/jsonl/parquet files, byte tokenizer, local HF tokenizers
+    model_factory.py  build_from_config(cfg.model, vocab_size): HybridConfig / preset / transformers config /
+                      init_from a saved model (architecture mismatches named)
     loop.py           train(cfg, resume=, overwrite=): AdamW, warm-up + cosine, clipping, accumulation, bf16, DDP
     objective.py      next-token loss on supervised positions (LM head only where labels are set)
     metrics.py        torchmetrics loss / perplexity / accuracy; evaluate()

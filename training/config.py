@@ -23,6 +23,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .grad_transforms import GradTransformConfig
+from .verifiable import ChainSum, GraphPath, Modular, Needle
 
 if TYPE_CHECKING:
     from assocmem.models import HybridConfig
@@ -38,7 +39,8 @@ class _Strict(BaseModel):
 
 # ---------------------------------------------------------------- model
 class ModelConfig(_Strict):
-    """The network: exactly one of ``preset``, ``hybrid`` or ``hf_config``."""
+    """The network: exactly one of ``preset``, ``hybrid`` or ``hf_config``; or ``init_from`` a saved
+    model, alone (its architecture) or with one of them (which must describe the same architecture)."""
 
     preset: str | None = Field(None, description="model preset name (assocmem.models.list_model_presets())")
     hybrid: dict[str, Any] | None = Field(
@@ -49,14 +51,21 @@ class ModelConfig(_Strict):
         "AutoModelForCausalLM.from_config; vocab_size defaults to the data's vocabulary")
     overrides: dict[str, Any] = Field(
         default_factory=dict, description="HybridConfig field updates applied to the preset (e.g. n_layers)")
+    init_from: str | None = Field(
+        None, description="start from the weights of a save_pretrained folder or a run folder (its final/); "
+        "alone, the folder's architecture is used; with preset/hybrid/hf_config, a mismatch is refused with the "
+        "differing fields named (a checkpoint resume still loads the checkpoint)")
 
     @model_validator(mode="after")
     def _exactly_one(self) -> "ModelConfig":
         given = [k for k in ("preset", "hybrid", "hf_config") if getattr(self, k) is not None]
-        if len(given) != 1:
-            raise ValueError(f"model needs exactly one of preset, hybrid, hf_config; got {given or 'none'}")
+        if len(given) > 1 or (not given and self.init_from is None):
+            raise ValueError(f"model needs exactly one of preset, hybrid, hf_config (or init_from alone); "
+                             f"got {given or 'none'}")
         if self.overrides and self.preset is None:
             raise ValueError("model.overrides applies to a preset only; edit model.hybrid directly instead")
+        if not given:
+            return self
         if self.hf_config is not None and "model_type" not in self.hf_config:
             raise ValueError("model.hf_config needs a model_type (e.g. llama)")
         if self.hf_config is None:
@@ -133,8 +142,35 @@ class SelectiveCopyData(_DataBase):
     vocab_size: int = Field(16, ge=4, description="ids 0 noise, 1 separator, 2 marker, data from [3, V)")
 
 
+class ChainSumData(_DataBase, ChainSum):
+    """Running sums mod 10 with a scratchpad (verifiable/chain_sum.py); loss on the response only."""
+
+    kind: Literal["chain_sum"] = "chain_sum"
+
+
+class GraphPathData(_DataBase, GraphPath):
+    """A path between two nodes of a random graph given in context (verifiable/graph_path.py)."""
+
+    kind: Literal["graph_path"] = "graph_path"
+
+
+class ModularData(_Strict, Modular):
+    """(a ∘ b) mod p on Nanda's split of all p² pairs (verifiable/modular.py): training rows are the
+    train split, evaluation rows the test split."""
+
+    kind: Literal["modular"] = "modular"
+    seed: int = Field(0, description="seed of Nanda's split (random.Random(seed).shuffle of the p² pairs)")
+
+
+class NeedleData(_DataBase, Needle):
+    """Key → value needles in a random-id haystack, a query at the end (verifiable/needle.py)."""
+
+    kind: Literal["needle"] = "needle"
+
+
 class FilesData(_Strict):
-    """Local text/jsonl/parquet files, tokenized and packed into blocks."""
+    """Local text/jsonl/parquet files, tokenized and packed into blocks; or, with ``prompt_field`` and
+    ``response_field``, one prompt/response pair per record with the loss on the response only."""
 
     kind: Literal["files"] = "files"
     train_files: list[str] = Field(description="local files (.txt/.md/.jsonl/.json/.parquet), one format")
@@ -144,12 +180,29 @@ class FilesData(_Strict):
     text_field: str = Field("text", description="column holding the text (json/parquet)")
     sample_by: Literal["document", "paragraph", "line"] = Field("document", description="text files: record unit")
     tokenizer: str = Field("bytes", description="'bytes' (UTF-8 bytes + EOS, 257 ids) or a local HF tokenizer folder")
-    seq_len: int = Field(512, ge=2, description="block length")
+    seq_len: int = Field(512, ge=2, description="block length; with prompt/response fields, the row width "
+                         "(prompt + response + EOS, right-padded)")
+    prompt_field: str | None = Field(None, description="json/parquet column of the prompt (set together with "
+                                     "response_field): rows are prompt + response + EOS, labels -100 on the prompt")
+    response_field: str | None = Field(None, description="json/parquet column of the response (with prompt_field)")
+    overlong: Literal["error", "drop"] = Field("error", description="prompt/response records longer than seq_len: "
+                                               "refuse the data (error) or leave them out with a warning (drop)")
+
+    @model_validator(mode="after")
+    def _pairs(self) -> "FilesData":
+        if (self.prompt_field is None) != (self.response_field is None):
+            raise ValueError("data.prompt_field and data.response_field go together; give both or neither")
+        if self.prompt_field is not None and "text_field" in self.model_fields_set:
+            raise ValueError("data.text_field is for packed text; with prompt_field/response_field leave it out")
+        return self
 
 
-DataConfig = Annotated[Union[MQARData, GraphWalkData, SelectiveCopyData, FilesData], Field(discriminator="kind")]
+DataConfig = Annotated[Union[MQARData, GraphWalkData, SelectiveCopyData, ChainSumData, GraphPathData, ModularData,
+                             NeedleData, FilesData], Field(discriminator="kind")]
 DATA_KINDS: dict[str, type[BaseModel]] = {"mqar": MQARData, "graph_walk": GraphWalkData,
-                                          "selective_copy": SelectiveCopyData, "files": FilesData}
+                                          "selective_copy": SelectiveCopyData, "chain_sum": ChainSumData,
+                                          "graph_path": GraphPathData, "modular": ModularData, "needle": NeedleData,
+                                          "files": FilesData}
 
 
 # ---------------------------------------------------------------- optimisation
@@ -209,7 +262,8 @@ class TrainConfig(_Strict):
     output_dir: str = Field("runs", description="parent folder of run folders")
     seed: int = Field(0, description="seed of model init and everything random in the loop")
     model: ModelConfig = Field(description="the network")
-    data: DataConfig = Field(description="the data; kind = mqar | graph_walk | selective_copy | files")
+    data: DataConfig = Field(description="the data; kind = mqar | graph_walk | selective_copy | chain_sum | "
+                             "graph_path | modular | needle | files")
     optim: OptimConfig = Field(default_factory=OptimConfig, description="optimizer and schedule")
     train: TrainLoopConfig = Field(description="loop settings")
 

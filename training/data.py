@@ -1,95 +1,26 @@
-"""Local text corpora through HF ``datasets``: load, tokenize, pack into fixed-length blocks.
+"""The data a TrainConfig names (``build_datasets``), and local text corpora packed into blocks.
 
-Files are read with ``datasets.load_dataset`` and local ``data_files`` only
-(no Hub access): ``.txt``/``.text``/``.md`` with the "text" builder,
-``.json``/``.jsonl`` with "json", ``.parquet`` with "parquet". The default
-tokenizer is byte-level (UTF-8 bytes 0..255 plus an end-of-document id 256);
-any local HF tokenizer folder works too. Documents are tokenized, each followed
+Files and tokenizers are read by text_files.py (local files only; the byte tokenizer or a
+local HF tokenizer folder). Documents are tokenized, each followed
 by the end-of-document id, concatenated and cut into blocks of ``seq_len``
 tokens (the tail shorter than a block is dropped). Labels equal the inputs
-(HF-aligned; the model shifts them).
+(HF-aligned; the model shifts them). With a prompt and a response field, each
+record is one row instead, with the loss on the response (``pair_dataset``).
 """
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Literal, Protocol, Sequence
+import warnings
+from typing import Literal, Sequence
 
 import datasets
 import numpy as np
 
+from .prompt_response import prompt_response_arrays
 from .tasks import arrays_to_dataset
+from .text_files import ByteTokenizer, Tokenizer, encode_text, load_text_files, load_tokenizer, tokenizer_vocab_size
 
-_BUILDERS = {".txt": "text", ".text": "text", ".md": "text", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
-
-
-class Tokenizer(Protocol):
-    """What packing needs from a tokenizer."""
-
-    def encode(self, text: str) -> list[int]: ...
-
-
-class ByteTokenizer:
-    """UTF-8 bytes as token ids 0..255; id 256 ends a document. vocab_size = 257."""
-
-    vocab_size = 257
-    eos_token_id = 256
-
-    def encode(self, text: str) -> list[int]:
-        return list(text.encode("utf-8"))
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return bytes(int(i) for i in ids if 0 <= int(i) < 256).decode("utf-8", errors="replace")
-
-    def __len__(self) -> int:
-        return self.vocab_size
-
-
-def load_tokenizer(name_or_path: str):
-    """``"bytes"`` -> ByteTokenizer; otherwise a local HF tokenizer folder (never downloaded)."""
-    if name_or_path == "bytes":
-        return ByteTokenizer()
-    path = Path(name_or_path)
-    if not path.is_dir():
-        raise ValueError(f"tokenizer must be 'bytes' or a local HF tokenizer folder, got {name_or_path!r} "
-                         f"(not a directory)")
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-
-
-def tokenizer_vocab_size(tokenizer) -> int:
-    """Number of ids the model's embedding must hold (len() counts added tokens)."""
-    return len(tokenizer)
-
-
-def _encode(tokenizer, text: str) -> list[int]:
-    if isinstance(tokenizer, ByteTokenizer):
-        return tokenizer.encode(text)
-    return tokenizer.encode(text, add_special_tokens=False)
-
-
-def load_text_files(
-    files: Sequence[str | Path],
-    *,
-    sample_by: Literal["document", "paragraph", "line"] = "document",
-) -> datasets.Dataset:
-    """Local files -> a Dataset of raw records (one builder for all files, chosen by suffix)."""
-    if not files:
-        raise ValueError("files is empty; give at least one local .txt/.jsonl/.json/.parquet file")
-    paths = [Path(f) for f in files]
-    missing = [str(p) for p in paths if not p.is_file()]
-    if missing:
-        raise ValueError(f"data files not found: {missing}")
-    builders = {_BUILDERS.get(p.suffix.lower()) for p in paths}
-    if None in builders:
-        bad = [str(p) for p in paths if p.suffix.lower() not in _BUILDERS]
-        raise ValueError(f"unsupported file suffix in {bad}; allowed: {sorted(_BUILDERS)}")
-    if len(builders) > 1:
-        raise ValueError(f"all data files must share one format, got builders {sorted(builders)}")
-    builder = builders.pop()
-    kwargs = {"sample_by": sample_by} if builder == "text" else {}
-    return datasets.load_dataset(builder, data_files=[str(p) for p in paths], split="train", **kwargs)
-
+__all__ = ["ByteTokenizer", "Tokenizer", "encode_text", "load_text_files", "load_tokenizer", "tokenizer_vocab_size",
+           "pack_dataset", "pair_dataset", "data_vocab_size", "build_datasets"]
 
 def pack_dataset(raw: datasets.Dataset, tokenizer, seq_len: int, *, text_field: str = "text") -> datasets.Dataset:
     """Tokenize every record's ``text_field``, end each with EOS, concatenate, cut into
@@ -99,13 +30,49 @@ def pack_dataset(raw: datasets.Dataset, tokenizer, seq_len: int, *, text_field: 
     if seq_len < 2:
         raise ValueError(f"seq_len must be >= 2, got {seq_len}")
     eos = getattr(tokenizer, "eos_token_id", None)
-    ids = [tok for text in raw[text_field] for tok in _encode(tokenizer, text) + ([eos] if eos is not None else [])]
+    ids = [tok for text in raw[text_field] for tok in encode_text(tokenizer, text) + ([eos] if eos is not None else [])]
     stream = np.asarray(ids, dtype=np.int64)
     num_blocks = len(stream) // seq_len
     if num_blocks == 0:
         raise ValueError(f"the data has {len(stream)} tokens, fewer than one block of seq_len={seq_len}")
     blocks = stream[: num_blocks * seq_len].reshape(num_blocks, seq_len)  # [N, seq_len]
     return arrays_to_dataset({"input_ids": blocks, "labels": blocks.copy()})
+
+
+def pair_dataset(raw: datasets.Dataset, tokenizer, seq_len: int, *, prompt_field: str, response_field: str,
+                 overlong: Literal["error", "drop"] = "error") -> datasets.Dataset:
+    """One row per record: prompt + response + EOS, right-padded to ``seq_len``, labels -100 on the
+    prompt and the padding (prompt_response.py). Records longer than ``seq_len`` are refused
+    (``overlong="error"``, the message counts them) or left out with a warning (``"drop"``)."""
+    missing = [f for f in (prompt_field, response_field) if f not in raw.column_names]
+    if missing:
+        raise ValueError(f"prompt/response field {missing} is not a column of the data; columns: {raw.column_names}")
+    eos = getattr(tokenizer, "eos_token_id", None)
+    pad = getattr(tokenizer, "pad_token_id", None)
+    pad = pad if pad is not None else (eos if eos is not None else 0)
+    prompts = [encode_text(tokenizer, text) for text in raw[prompt_field]]
+    responses = [encode_text(tokenizer, text) + ([eos] if eos is not None else []) for text in raw[response_field]]
+    lengths = [len(p) + len(r) for p, r in zip(prompts, responses)]
+    keep = [i for i, n in enumerate(lengths) if n <= seq_len]
+    if len(keep) < len(lengths):
+        message = (f"{len(lengths) - len(keep)} of {len(lengths)} prompt/response records are longer than "
+                   f"seq_len={seq_len} (longest {max(lengths)} tokens)")
+        if overlong == "error":
+            raise ValueError(f"{message}; raise data.seq_len or set data.overlong: drop")
+        if not keep:
+            raise ValueError(f"{message}: none is left")
+        warnings.warn(f"{message}; dropped (data.overlong: drop)", stacklevel=2)
+    inputs, labels = prompt_response_arrays([prompts[i] for i in keep], [responses[i] for i in keep],
+                                            width=seq_len, pad_id=pad)
+    return arrays_to_dataset({"input_ids": inputs, "labels": labels})
+
+
+def _files_dataset(data, files: Sequence[str], tokenizer) -> datasets.Dataset:
+    raw = load_text_files(files, sample_by=data.sample_by)
+    if data.prompt_field is not None:
+        return pair_dataset(raw, tokenizer, data.seq_len, prompt_field=data.prompt_field,
+                            response_field=data.response_field, overlong=data.overlong)
+    return pack_dataset(raw, tokenizer, data.seq_len, text_field=data.text_field)
 
 
 def data_vocab_size(data) -> int:
@@ -119,14 +86,13 @@ def build_datasets(data) -> tuple[datasets.Dataset, datasets.Dataset | None, int
     """(train, eval or None, vocabulary size) for a ``TrainConfig.data`` section."""
     from .config import FilesData, GraphWalkData, MQARData, SelectiveCopyData
     from .tasks import graph_walk_dataset, mqar_dataset, selective_copy_dataset
+    from .verifiable import VerifiableTask, problem_sets, problems_dataset
 
     if isinstance(data, FilesData):
         tokenizer = load_tokenizer(data.tokenizer)
-        packed = pack_dataset(load_text_files(data.train_files, sample_by=data.sample_by), tokenizer,
-                              data.seq_len, text_field=data.text_field)
+        packed = _files_dataset(data, data.train_files, tokenizer)
         if data.eval_files:
-            held_out = pack_dataset(load_text_files(data.eval_files, sample_by=data.sample_by), tokenizer,
-                                    data.seq_len, text_field=data.text_field)
+            held_out = _files_dataset(data, data.eval_files, tokenizer)
         elif data.eval_fraction > 0:
             n_eval = max(1, int(round(data.eval_fraction * len(packed))))
             if n_eval >= len(packed):
@@ -136,6 +102,10 @@ def build_datasets(data) -> tuple[datasets.Dataset, datasets.Dataset | None, int
         else:
             held_out = None
         return packed, held_out, tokenizer_vocab_size(tokenizer)
+    if isinstance(data, VerifiableTask):
+        train_problems, eval_problems = problem_sets(data)
+        return (problems_dataset(data, train_problems),
+                problems_dataset(data, eval_problems) if eval_problems else None, data.vocab_size)
 
     def make(n: int, seed: int) -> datasets.Dataset:
         if isinstance(data, MQARData):
