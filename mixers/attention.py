@@ -4,9 +4,10 @@
     o = softmax-attention(q, k, v) over the KV cache               (mixers/ops/attention.py)
     y = o W_o
 
-RoPE (Su et al. 2021) rotates pairs (i, i + K/2) of each head by angle
-pos · θ^(−2i/K); QK-norm is a per-head RMSNorm on q and k before RoPE; GQA
-shares each kv head between H / Hkv query heads.
+RoPE (Su et al. 2021, mixers/norm.py) rotates pairs (i, i + K/2) of each head by
+angle pos · θ^(−2i/K); QK-norm is a per-head RMSNorm on q and k before RoPE; GQA
+shares each kv head between H / Hkv query heads. The module masks padded keys
+itself (``masks_padding``): a padded batch needs no regrouping by models/blocks.py.
 
 Decode state (``AttentionState``): the rotated keys and the values of every
 pair kept so far, which of them are real tokens (padding is masked out), and
@@ -20,6 +21,9 @@ from typing import NamedTuple
 import torch
 import torch.nn as nn
 
+from assocmem.memories.deprecation import moved, names_in
+
+from . import norm
 from .lower import FAMILIES
 
 ATTENTION_FORMS = FAMILIES["softmax_attention"].ops  # form -> op, from the class table (lower.py)
@@ -38,34 +42,11 @@ class AttentionState(NamedTuple):
     pos: torch.Tensor
 
 
-class RMSNorm(nn.Module):
-    """y = x / sqrt(mean(x²) + eps) · w over the last axis (Zhang & Sennrich 2019)."""
-
-    def __init__(self, dim: int, eps: float = 1e-6):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
-
-
-def rope_angles(pos: torch.Tensor, dim: int, theta: float, dtype: torch.dtype):
-    """cos, sin of pos · θ^(−2i/dim), i < dim/2: pos [B, T] -> [B, T, 1, dim/2] each."""
-    work = torch.float64 if dtype == torch.float64 else torch.float32
-    inv_freq = theta ** (-torch.arange(0, dim, 2, device=pos.device, dtype=work) / dim)  # [dim/2]
-    ang = pos.to(work)[..., None] * inv_freq  # [B, T, dim/2]
-    return ang.cos().to(dtype)[:, :, None], ang.sin().to(dtype)[:, :, None]
-
-
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate the pairs (x_i, x_{i+K/2}) of x [B, T, H, K] by the angles in cos/sin."""
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
-
-
 class Attention(nn.Module):
-    """Multi-head causal softmax attention with RoPE, GQA, optional QK-norm and window."""
+    """Multi-head causal softmax attention with RoPE, GQA, optional QK-norm and window
+    (a ``MixerModule``, mixers/layer.py)."""
+
+    masks_padding = True  # forward takes mask [B, T] and masks padded keys itself
 
     def __init__(self, d_model: int, *, num_heads: int, head_dim: int, num_kv_heads: int | None = None,
                  value_dim: int | None = None, rope: bool = True, rope_theta: float = 10000.0,
@@ -87,8 +68,8 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(d_model, self.Hkv * self.K, bias=False)
         self.v_proj = nn.Linear(d_model, self.Hkv * self.V, bias=False)
         self.o_proj = nn.Linear(self.H * self.V, d_model, bias=False)
-        self.q_norm = RMSNorm(self.K) if qk_rmsnorm else None
-        self.k_norm = RMSNorm(self.K) if qk_rmsnorm else None
+        self.q_norm = norm.RMSNorm(self.K) if qk_rmsnorm else None
+        self.k_norm = norm.RMSNorm(self.K) if qk_rmsnorm else None
 
     def state_size(self, seq_len: int = 1) -> int:
         """Floats held per sequence after ``seq_len`` tokens (the cache grows with T)."""
@@ -117,8 +98,8 @@ class Attention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         pos, next_pos = self._positions(B, T, mask, state, x.device)
         if self.rope:
-            cos, sin = rope_angles(pos, self.K, self.rope_theta, q.dtype)
-            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+            cos, sin = norm.rope_angles(pos, self.K, self.rope_theta, q.dtype)
+            q, k = norm.apply_rope(q, cos, sin), norm.apply_rope(k, cos, sin)
         prefix = None if state is None else (state.keys, state.values)
         valid = self._valid(B, T, mask, state, x.device)
         key_mask = None if valid is None or bool(valid.all()) else valid
@@ -156,3 +137,7 @@ class Attention(nn.Module):
         if state is None:
             return None if mask is None else new
         return torch.cat([state.valid, new], dim=1)
+
+
+# ------------------------------------------------------------------ old paths (removed in 0.2.0)
+__getattr__ = moved(__name__, names_in("assocmem.mixers.norm", "RMSNorm", "rope_angles", "apply_rope"))

@@ -1,10 +1,14 @@
-"""Mixer modules: from a MixerSpec to an nn.Module.
+"""Mixer modules: from a MixerSpec to an nn.Module with one interface.
 
     build_mixer(spec, d_model)  ->  Attention  (NonParametric memory: softmax / sliding window)
                                     SCALayer   (Spectral memory: the Nautile SCA layer)
                                     Mixer      (every parametric memory)
 
-Every module has ``forward(x, *, state=None) -> (y, state)`` and ``state_size()``.
+Every module is a ``MixerModule``: ``forward(x, *, state=None, mask=None, return_state=True)
+-> (y, state)``, ``state_size()`` and ``masks_padding``, which says whether it masks padded
+tokens itself (attention) or needs each row's real tokens run on their own (the recurrent
+mixers; models/blocks.py does that). A new module kind implements the protocol and gets one
+entry in ``MODULE_KINDS``; models/ needs no branch for it.
 
 The generic recurrent ``Mixer`` (FLA/GDN-style layer around the spec's op):
 
@@ -28,7 +32,7 @@ all other calls run ``form``. Both are O(1) in the prefix length.
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple, Protocol, runtime_checkable
 
 import torch
 import torch.nn as nn
@@ -39,6 +43,7 @@ from assocmem.memories import L2Decay, Momentum, NonParametric, Spectral, window
 from .attention import Attention
 from .conv import ShortConv
 from .lower import lower
+from .norm import rms_norm
 from .sca import SCALayer
 from .spec import MixerSpec
 
@@ -64,26 +69,62 @@ class MixerState(NamedTuple):
     conv: torch.Tensor | None  # [B, conv_size − 1, 2·Hqk·K + H·V]
 
 
-def build_mixer(spec: MixerSpec, d_model: int, *, form: str = "auto", layer_idx: int | None = None) -> nn.Module:
-    """The nn.Module of ``spec`` at width ``d_model`` (see the module docstring)."""
-    if not isinstance(spec, MixerSpec):
-        raise TypeError(f"spec must be a MixerSpec, got {type(spec).__name__}")
-    o = spec.layer
-    if isinstance(spec.memory, NonParametric):
-        name = lower(spec, form).name  # validates the form name against the class
-        return Attention(d_model, num_heads=o.num_heads, head_dim=o.head_dim, num_kv_heads=o.num_kv_heads,
-                         value_dim=o.value_dim, rope=o.rope, rope_theta=o.rope_theta, qk_rmsnorm=o.qk_rmsnorm,
-                         window=window_of(spec), scale=o.scale, form=name, layer_idx=layer_idx)
-    if isinstance(spec.memory, Spectral):
-        name = lower(spec, form).name
-        return SCALayer(d_model, o.num_heads, num_query_heads=o.sca_query_heads, num_thetas=spec.memory.points,
-                        conv_kernel_size=o.conv_size, expand_factor=o.sca_expand,
-                        out_expand_factor=o.sca_out_expand, maxlen=o.sca_maxlen, form=name)
+@runtime_checkable
+class MixerModule(Protocol):
+    """What models/ asks of a mixer module (Mixer, Attention, SCALayer, or a module of your own).
+
+    masks_padding: True if ``forward`` takes ``mask`` [B, T] (True = real token) and keeps padded
+    tokens out of every output and state itself; False if it must not be given one (the caller
+    then runs each row's real tokens on their own, models/blocks.run_mixer).
+    """
+
+    masks_padding: bool
+
+    def forward(self, x: torch.Tensor, *, state: Any = None, mask: torch.Tensor | None = None,
+                return_state: bool = True) -> tuple[torch.Tensor, Any]:
+        """x [B, T, d_model] -> (y [B, T, d_model], the state after the T tokens, or None)."""
+
+    def state_size(self) -> int:
+        """Floats held per sequence (compare memories at equal state size)."""
+
+
+def _attention(spec: MixerSpec, d_model: int, form: str, layer_idx: int | None) -> nn.Module:
+    o, a = spec.layer, spec.layer.attention
+    return Attention(d_model, num_heads=o.num_heads, head_dim=o.head_dim, num_kv_heads=a.num_kv_heads,
+                     value_dim=o.value_dim, rope=a.rope, rope_theta=a.rope_theta, qk_rmsnorm=a.qk_norm == "rmsnorm",
+                     window=window_of(spec), scale=o.scale, form=lower(spec, form).name, layer_idx=layer_idx)
+
+
+def _sca(spec: MixerSpec, d_model: int, form: str, layer_idx: int | None) -> nn.Module:
+    o, s = spec.layer, spec.layer.sca
+    return SCALayer(d_model, o.num_heads, num_query_heads=s.query_heads, num_thetas=spec.memory.points,
+                    conv_kernel_size=o.conv_size, expand_factor=s.expand, out_expand_factor=s.out_expand,
+                    maxlen=s.maxlen, form=lower(spec, form).name)
+
+
+def _recurrent(spec: MixerSpec, d_model: int, form: str, layer_idx: int | None) -> nn.Module:
     return Mixer(spec, d_model, form=form, layer_idx=layer_idx)
 
 
+# memory kind -> the module that runs it (every other memory: the recurrent Mixer)
+MODULE_KINDS: dict[str, Callable[[MixerSpec, int, str, int | None], nn.Module]] = {
+    "nonparametric": _attention,
+    "spectral": _sca,
+}
+
+
+def build_mixer(spec: MixerSpec, d_model: int, *, form: str = "auto", layer_idx: int | None = None) -> nn.Module:
+    """The ``MixerModule`` of ``spec`` at width ``d_model`` (see the module docstring); ``form``
+    is validated against the spec's class (mixers/lower.py)."""
+    if not isinstance(spec, MixerSpec):
+        raise TypeError(f"spec must be a MixerSpec, got {type(spec).__name__}")
+    return MODULE_KINDS.get(spec.memory.kind, _recurrent)(spec, d_model, form, layer_idx)
+
+
 class Mixer(nn.Module):
-    """Generic recurrent mixer around the op of a parametric-memory spec."""
+    """Generic recurrent mixer around the op of a parametric-memory spec (a ``MixerModule``)."""
+
+    masks_padding = False  # a recurrent state has no notion of a padded token
 
     def __init__(self, spec: MixerSpec, d_model: int, *, form: str = "auto", layer_idx: int | None = None):
         super().__init__()
@@ -159,9 +200,14 @@ class Mixer(nn.Module):
         return self.H * per_head + conv
 
     # ------------------------------------------------------------ forward
-    def forward(self, x: torch.Tensor, *, state: MixerState | None = None, return_state: bool = True):
-        """x [B, T, d_model] -> (y [B, T, d_model], MixerState or None)."""
+    def forward(self, x: torch.Tensor, *, state: MixerState | None = None, mask: torch.Tensor | None = None,
+                return_state: bool = True):
+        """x [B, T, d_model] -> (y [B, T, d_model], MixerState or None). No padding ``mask``: run
+        padded rows through models.blocks.run_mixer, which calls each row's real tokens on their own."""
         B, T, _ = x.shape
+        if mask is not None:
+            raise ValueError("Mixer does not mask padding (masks_padding = False); run padded batches through "
+                             "assocmem.models.blocks.run_mixer, which calls each row's real tokens")
         if state is not None and not isinstance(state, MixerState):
             raise TypeError(f"state must be a MixerState from this mixer, got {type(state).__name__}")
         qkv = self.qkv_proj(x)  # [B, T, 2·Hqk·K + H·V]
@@ -189,7 +235,7 @@ class Mixer(nn.Module):
         if self.D is not None:
             o = o + self.D[:, None] * v
         if self.norm_weight is not None:
-            o = o * torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + self.spec.layer.norm_eps) * self.norm_weight
+            o = rms_norm(o, self.norm_weight, self.spec.layer.norm_eps)
         if self.g_proj is not None:
             o = o * F.silu(self.g_proj(x)).view_as(o)
         return o

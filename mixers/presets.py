@@ -45,46 +45,42 @@ def get_preset(name: str) -> MixerSpec:
     return _PRESETS[key]
 
 
-def _layer(**kw) -> LayerOptions:
-    return LayerOptions(**kw)
-
-
 # The delta family as FLA and transformers build it (Gated DeltaNet: Yang et al. 2024, §3.3; transformers'
 # Qwen3NextGatedDeltaNet): q, k, v through the short conv, whose SiLU is the only nonlinearity on q and k
 # (feature_map stays identity: a second SiLU here was a bug), then L2-normalised q and k and β = σ(x W_b).
 _DELTA_LAYER = dict(qk_norm="l2", lr_gate="sigmoid")
-_ATTN_LAYER = dict(short_conv=False, output_norm="none", rope=True)
+_ATTN_LAYER = dict(short_conv=False, output_norm="none")  # RoPE on: AttentionOptions' default
 
 for _spec in [
     MixerSpec(name="linear_attention", memory=Matrix(), bias=DotProduct(), retention=NoRetention(),
-              optimizer=GD(), layer=_layer(feature_map="elu_plus_one", output_norm="rmsnorm")),
+              optimizer=GD(), layer=LayerOptions(feature_map="elu_plus_one", output_norm="rmsnorm")),
     MixerSpec(name="retnet", memory=Matrix(), bias=DotProduct(), retention=L2Decay(gate="fixed"),
-              optimizer=GD(), layer=_layer()),
+              optimizer=GD(), layer=LayerOptions()),
     MixerSpec(name="mamba2", memory=Matrix(), bias=DotProduct(), retention=L2Decay(gate="scalar"),
-              optimizer=GD(), layer=_layer(lr_gate="dt", scale=1.0, d_skip=True)),
+              optimizer=GD(), layer=LayerOptions(lr_gate="dt", scale=1.0, d_skip=True)),
     MixerSpec(name="gla", memory=Matrix(), bias=DotProduct(), retention=L2Decay(gate="key"),
-              optimizer=GD(), layer=_layer()),
+              optimizer=GD(), layer=LayerOptions()),
     MixerSpec(name="deltanet", memory=Matrix(), bias=L2(), retention=NoRetention(),
-              optimizer=GD(), layer=_layer(**_DELTA_LAYER)),
+              optimizer=GD(), layer=LayerOptions(**_DELTA_LAYER)),
     MixerSpec(name="gated_deltanet", memory=Matrix(), bias=L2(), retention=L2Decay(gate="scalar"),
-              optimizer=RetainThenGD(), layer=_layer(**_DELTA_LAYER)),
+              optimizer=RetainThenGD(), layer=LayerOptions(**_DELTA_LAYER)),
     MixerSpec(name="gated_deltanet_joint", memory=Matrix(), bias=L2(), retention=L2Decay(gate="scalar"),
-              optimizer=GD(), layer=_layer(**_DELTA_LAYER)),
+              optimizer=GD(), layer=LayerOptions(**_DELTA_LAYER)),
     MixerSpec(name="longhorn", memory=Matrix(), bias=L2(), retention=NoRetention(),
-              optimizer=Implicit(), layer=_layer(**_DELTA_LAYER)),
+              optimizer=Implicit(), layer=LayerOptions(**_DELTA_LAYER)),
     MixerSpec(name="softmax", memory=NonParametric(), bias=NadarayaWatson(), retention=NoRetention(),
-              optimizer=ClosedForm(), layer=_layer(**_ATTN_LAYER)),
+              optimizer=ClosedForm(), layer=LayerOptions(**_ATTN_LAYER)),
     MixerSpec(name="sliding_window", memory=NonParametric(), bias=NadarayaWatson(), retention=Window(size=64),
-              optimizer=ClosedForm(), layer=_layer(**_ATTN_LAYER)),
+              optimizer=ClosedForm(), layer=LayerOptions(**_ATTN_LAYER)),
     MixerSpec(name="sca", memory=Spectral(points=2), bias=CharacteristicFunction(), retention=NoRetention(),
-              optimizer=ClosedForm(), layer=_layer(output_norm="gated_rmsnorm")),
+              optimizer=ClosedForm(), layer=LayerOptions(output_norm="gated_rmsnorm")),
     MixerSpec(name="titans_linear", memory=Matrix(), bias=L2(), retention=L2Decay(gate="scalar"),
-              optimizer=Momentum(eta=0.9), layer=_layer(**_DELTA_LAYER)),
+              optimizer=Momentum(eta=0.9), layer=LayerOptions(**_DELTA_LAYER)),
     MixerSpec(name="huber_delta", memory=Matrix(), bias=Huber(delta=1.0), retention=L2Decay(gate="scalar"),
-              optimizer=RetainThenGD(), layer=_layer(**_DELTA_LAYER)),
+              optimizer=RetainThenGD(), layer=LayerOptions(**_DELTA_LAYER)),
     MixerSpec(name="lp_delta", memory=Matrix(), bias=Lp(p=3.0), retention=L2Decay(gate="scalar"),
-              optimizer=RetainThenGD(), layer=_layer(**_DELTA_LAYER)),
+              optimizer=RetainThenGD(), layer=LayerOptions(**_DELTA_LAYER)),
     MixerSpec(name="ttt_linear", memory=Matrix(norm="layernorm_residual"), bias=L2(), retention=NoRetention(),
-              optimizer=GD(), layer=_layer(lr_gate="sigmoid", output_norm="rmsnorm")),
+              optimizer=GD(), layer=LayerOptions(lr_gate="sigmoid", output_norm="rmsnorm")),
 ]:
     register_preset(_spec)

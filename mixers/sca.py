@@ -68,6 +68,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .lower import FAMILIES
+from .norm import rms_norm
 from .ops.spectral import spectral_running_state
 
 __all__ = ["SCALayer", "SCAState", "SCA_FORMS"]
@@ -105,8 +106,7 @@ class GatedRMSNorm(nn.Module):
 
     def forward(self, v: Tensor, g: Tensor) -> Tensor:
         e = (v * F.silu(g)).to(_compute_dtype(v.dtype))
-        n = e * torch.rsqrt(e.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (n * self.weight.to(n.dtype)).to(v.dtype)
+        return rms_norm(e, self.weight.to(e.dtype), self.eps).to(v.dtype)
 
 
 def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -120,7 +120,7 @@ def _positive_int(name: str, value, minimum: int = 1) -> int:
 
 
 class SCALayer(nn.Module):
-    """SeqCond Attention layer; ``forward(x, *, state=None) -> (y, state)``.
+    """SeqCond Attention layer; ``forward(x, *, state=None) -> (y, state)`` (a ``MixerModule``).
 
     Args:
         d_model: D, input and output width.
@@ -133,6 +133,8 @@ class SCALayer(nn.Module):
         maxlen: the fixed boundary of d(t) = max(maxlen − 1 − t, 0); required.
         form: "prefix_sum" (cumsum) | "masked_matmul" (L×L, short sequences) | "recurrent".
     """
+
+    masks_padding = False  # the running sums have no notion of a padded token (models/blocks.run_mixer)
 
     def __init__(self, d_model: int, num_heads: int, *, num_query_heads: int | None = None,
                  num_thetas: int = 2, conv_kernel_size: int = 4, expand_factor: float = 2.0,
@@ -304,8 +306,13 @@ class SCALayer(nn.Module):
             got = list(x.shape) if torch.is_tensor(x) else type(x).__name__
             raise ValueError(f"x must have shape [B, T, d_model={self.d_model}] with T >= 1, got {got}")
 
-    def forward(self, x: Tensor, *, state: SCAState | None = None) -> tuple[Tensor, SCAState]:
-        """x: [B, T, D] -> (y [B, T, D], state after the T tokens). T = 1 is a decode step."""
+    def forward(self, x: Tensor, *, state: SCAState | None = None, mask: Tensor | None = None,
+                return_state: bool = True) -> tuple[Tensor, SCAState | None]:
+        """x: [B, T, D] -> (y [B, T, D], state after the T tokens, or None when not return_state).
+        T = 1 is a decode step. No padding ``mask`` (``masks_padding``)."""
+        if mask is not None:
+            raise ValueError("SCALayer does not mask padding (masks_padding = False); run padded batches through "
+                             "assocmem.models.blocks.run_mixer, which calls each row's real tokens")
         self._check_x(x)
         B, T, _ = x.shape
         state = self.init_state(B, device=x.device, dtype=x.dtype) if state is None else state
@@ -316,7 +323,7 @@ class SCALayer(nn.Module):
             weights=self.integration_weights(), scale=self.head_dim ** -0.5, den_floor=DEN_FLOOR,
             initial_state=(state.den, state.num), output_final_state=True)  # o: [B, T, K, H, 2]
         _, y = self._fuse(o, x)
-        return y, SCAState(den=den, num=num, pos=state.pos + T, conv_buffer=m["buffer"])
+        return y, (SCAState(den=den, num=num, pos=state.pos + T, conv_buffer=m["buffer"]) if return_state else None)
 
     @torch.no_grad()
     def intermediates(self, x: Tensor) -> dict[str, Tensor]:

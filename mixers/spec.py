@@ -11,6 +11,7 @@ and JSON; every axis value is tagged by its ``kind``.
 """
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -31,8 +32,70 @@ RetentionField = Annotated[NoRetention | L2Decay | Proximal | KL | Window, Field
 OptimizerField = Annotated[GD | RetainThenGD | Implicit | Momentum | ClosedForm, Field(discriminator="kind")]
 
 
+class AttentionOptions(BaseModel):
+    """Options of the softmax-attention module (NonParametric memory) only."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    num_kv_heads: int | None = Field(None, gt=0, description="KV heads for GQA (None → num_heads)")
+    rope: bool = Field(True, description="rotary position embedding")
+    rope_theta: float = Field(10000.0, gt=0, description="RoPE base")
+    qk_norm: Literal["none", "rmsnorm"] = Field(
+        "none", description="'rmsnorm': per-head RMSNorm on q and k before RoPE (QK-norm, eps = norm_eps)")
+
+
+class SCAOptions(BaseModel):
+    """Options of the SCA module (Spectral memory) only; mixers/sca.py names them in its docstring."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    expand: float = Field(1.5, gt=0, description="d_inner = d_model · expand sets the channels per head")
+    out_expand: int = Field(3, gt=0, description="readout GLU width E = out_expand · channels per head")
+    query_heads: int | None = Field(None, gt=0, description="query heads K_q (None → num_heads)")
+    maxlen: int = Field(2048, gt=0, description="boundary of the time weight d(t) = max(maxlen−1−t, 0)")
+
+
+# LayerOptions keys of the flat layout (before 0.2), read with a DeprecationWarning:
+# old key -> (sub-model, its key, value map)
+FLAT_KEYS = {
+    "num_kv_heads": ("attention", "num_kv_heads", None),
+    "rope": ("attention", "rope", None),
+    "rope_theta": ("attention", "rope_theta", None),
+    "qk_rmsnorm": ("attention", "qk_norm", lambda on: "rmsnorm" if on else "none"),
+    "sca_expand": ("sca", "expand", None),
+    "sca_out_expand": ("sca", "out_expand", None),
+    "sca_query_heads": ("sca", "query_heads", None),
+    "sca_maxlen": ("sca", "maxlen", None),
+}
+
+
+def nest_flat_keys(data: dict) -> dict:
+    """``data`` (LayerOptions fields) with the flat keys of ``FLAT_KEYS`` moved into their sub-models
+    (a flat key wins over the same key already nested), warning once per call that lists them."""
+    flat = [k for k in FLAT_KEYS if k in data]
+    if not flat:
+        return data
+    out = {k: v for k, v in data.items() if k not in FLAT_KEYS}
+    for key in flat:
+        sub, new, convert = FLAT_KEYS[key]
+        nested = dict(out.get(sub) or {})
+        nested[new] = data[key] if convert is None else convert(data[key])
+        out[sub] = nested
+    names = ", ".join(f"{k} -> {FLAT_KEYS[k][0]}.{FLAT_KEYS[k][1]}" for k in flat)
+    warnings.warn(f"LayerOptions: flat keys are deprecated and read until assocmem 0.2.0; use {names}",
+                  DeprecationWarning, stacklevel=4)
+    return out
+
+
 class LayerOptions(BaseModel):
-    """How a Mixer module turns x [B, T, d_model] into q, k, v and gates.
+    """How a mixer module turns x [B, T, d_model] into q, k, v and gates.
+
+    The fields at the top are shared by the module kinds (heads, widths, convolution, norms);
+    those of the recurrent Mixer (parametric memories) are the rest of the top level, and
+    the options read by one other kind only sit in its sub-model: ``attention`` (softmax
+    attention) and ``sca`` (SeqCond attention). The flat keys of earlier releases
+    (``num_kv_heads``, ``rope``, ``rope_theta``, ``qk_rmsnorm``, ``sca_*``) are still read, with a
+    DeprecationWarning (``FLAT_KEYS``), so older configs and checkpoints load.
 
     The decay gate's parameterisation follows the retention axis:
     L2Decay(gate="scalar") → log α = −exp(A_log)·softplus(x W_a + dt_bias) (Mamba2/GDN);
@@ -43,15 +106,20 @@ class LayerOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    # shared by every module kind
     num_heads: int = Field(4, gt=0, description="H, memory heads")
     head_dim: int = Field(64, gt=0, description="K, key/query width per head")
     expand_v: float = Field(1.0, gt=0, description="V = int(K · expand_v), value width per head")
+    conv_size: int = Field(4, gt=0, description="short conv width (recurrent mixers and SCA)")
+    scale: float | None = Field(None, description="query scale; None → K**-0.5")
+    norm_eps: float = Field(1e-6, gt=0, description="epsilon of the output RMSNorm (recurrent mixers) and of the "
+                            "QK-norm (attention)")
+    # the recurrent Mixer (every parametric memory)
     feature_map: Literal["identity", "silu", "elu_plus_one", "relu"] = Field(
         "identity", description="feature map φ applied to q and k after the short conv (whose output already "
         "passed a SiLU: the published delta-rule layers use identity here)")
     qk_norm: Literal["none", "l2"] = Field("none", description="'l2': unit-norm q and k per head (delta rule)")
     short_conv: bool = Field(True, description="causal depthwise conv on q, k, v (+SiLU), carried in the decode state")
-    conv_size: int = Field(4, gt=0, description="short conv width")
     chunk_size: int | None = Field(
         None, gt=0, description="tokens per chunk of the chunk forms; None → the op's default for its family "
         "(hebbian: min(64, max(16, head_dim)); delta: min(64, max(16, head_dim // 2)), measured on CPU)")
@@ -59,21 +127,18 @@ class LayerOptions(BaseModel):
         "none", description="β_t: none → 1, sigmoid → σ(x W_b), dt → Mamba2's Δ = softplus(x W + dt_bias)")
     output_norm: Literal["none", "rmsnorm", "gated_rmsnorm"] = Field(
         "gated_rmsnorm", description="per-head RMSNorm of o, optionally times SiLU(x W_g)")
-    scale: float | None = Field(None, description="query scale; None → K**-0.5")
     d_skip: bool = Field(False, description="Mamba2's D·x skip")
-    num_kv_heads: int | None = Field(None, gt=0, description="attention: KV heads for GQA (None → num_heads)")
     num_qk_heads: int | None = Field(
         None, gt=0, description="recurrent mixers: q/k heads, each shared by num_heads / num_qk_heads consecutive "
         "value heads (Qwen3-Next's linear_num_key_heads, Mamba2's n_groups); None → num_heads")
-    norm_eps: float = Field(1e-6, gt=0, description="epsilon of the output RMSNorm (recurrent mixers) and of the "
-                            "QK-norm (attention)")
-    rope: bool = Field(True, description="attention: rotary position embedding")
-    rope_theta: float = Field(10000.0, gt=0, description="attention: RoPE base")
-    qk_rmsnorm: bool = Field(False, description="attention: RMSNorm on q and k per head (QK-norm)")
-    sca_expand: float = Field(1.5, gt=0, description="SCA: d_inner = d_model · sca_expand")
-    sca_out_expand: int = Field(3, gt=0, description="SCA: readout GLU width E = sca_out_expand · H")
-    sca_query_heads: int | None = Field(None, gt=0, description="SCA: query heads K_q (None → num_heads)")
-    sca_maxlen: int = Field(2048, gt=0, description="SCA: boundary of the time weight d(t) = max(maxlen−1−t, 0)")
+    # one other module kind each
+    attention: AttentionOptions = Field(default_factory=AttentionOptions, description="softmax attention only")
+    sca: SCAOptions = Field(default_factory=SCAOptions, description="SCA only")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nest_flat_keys(cls, data):
+        return nest_flat_keys(data) if isinstance(data, dict) else data
 
     @model_validator(mode="after")
     def _heads(self) -> "LayerOptions":

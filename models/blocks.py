@@ -3,9 +3,9 @@
     h = x + Mixer(RMSNorm(x))
     y = h + SwiGLU(RMSNorm(h))          (when the block has an MLP)
 
-Padding. Attention masks padded keys itself. A recurrent mixer (parametric or
-SCA) has no notion of a padded token, so ``run_mixer`` runs it on each row's
-real tokens only: rows are grouped by their run of real tokens [a, b) (left
+Padding. A mixer module that masks padding itself (``masks_padding``, attention)
+gets the mask. One that does not (a recurrent state, parametric or SCA, has no
+notion of a padded token) is run by ``run_mixer`` on each row's real tokens only: rows are grouped by their run of real tokens [a, b) (left
 padding: a > 0, right padding: b < T) and each group is one call on x[:, a:b].
 Padded positions get y = 0 and never touch the state, so a padded batch gives
 exactly the outputs and states of the unpadded sequences.
@@ -18,9 +18,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from assocmem.mixers.attention import Attention, RMSNorm
-from assocmem.mixers.layer import build_mixer
-from assocmem.mixers.sca import SCALayer
+from assocmem.mixers.layer import MixerModule, build_mixer
+from assocmem.mixers.norm import RMSNorm
 from assocmem.mixers.spec import MixerSpec
 
 
@@ -58,12 +57,12 @@ class Block(nn.Module):
         return h, state
 
 
-def run_mixer(mixer: nn.Module, x: torch.Tensor, *, state, mask: torch.Tensor | None, return_state: bool):
+def run_mixer(mixer: MixerModule, x: torch.Tensor, *, state, mask: torch.Tensor | None, return_state: bool):
     """Call ``mixer`` on x [B, T, D], honouring a padding mask [B, T] (see the module docstring)."""
-    if isinstance(mixer, Attention):
+    if mixer.masks_padding:
         return mixer(x, state=state, mask=mask, return_state=return_state)
     if mask is None or bool(mask.all()):
-        return _call(mixer, x, state, return_state)
+        return mixer(x, state=state, return_state=return_state)
     B, T, _ = x.shape
     start, length = _runs(mask)
     y = x.new_zeros(x.shape)
@@ -76,17 +75,10 @@ def run_mixer(mixer: nn.Module, x: torch.Tensor, *, state, mask: torch.Tensor | 
                                  "every sequence needs at least one unmasked token")
             pieces.append((rows, _select(state, rows)))
             continue
-        yg, sg = _call(mixer, x[rows, a:a + n], None if state is None else _select(state, rows), True)
+        yg, sg = mixer(x[rows, a:a + n], state=None if state is None else _select(state, rows), return_state=True)
         y[rows, a:a + n] = yg
         pieces.append((rows, sg))
     return y, (_merge(pieces, B) if return_state else None)
-
-
-def _call(mixer, x, state, return_state):
-    if isinstance(mixer, SCALayer):
-        y, st = mixer(x, state=state)  # SCALayer always returns its state
-        return y, (st if return_state else None)
-    return mixer(x, state=state, return_state=return_state)
 
 
 def _runs(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -13,21 +13,36 @@ aliases of ``assocmem.mixers`` ("attn", "gdn", "swa", "sca", "mamba2", ...).
 
 Named layers take their LayerOptions from the preset, updated by the
 hybrid-wide ``num_heads``/``head_dim`` (the other is d_model // given) and then
-by ``overrides[name]``. A MixerSpec given as an object is used exactly as is.
+by ``overrides[name]`` (its ``attention:`` / ``sca:`` sub-dicts update the preset's
+field by field). A MixerSpec given as an object is used exactly as is.
+
+Validation resolves every layer once into ``plan`` (one ``LayerPlan`` per layer: name,
+MixerSpec, requested form, whether its block has an MLP): the pattern is expanded once
+and each distinct layer name looked up once; ``layer_specs()``, ``layer_forms()``,
+``mlp_flags()`` and ``depth`` read the plan (rebuilt only if a field changed since).
 """
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from assocmem.memories import NonParametric
 from assocmem.mixers import MixerSpec, get_preset
 
 LayerEntry = str | MixerSpec
+
+
+class LayerPlan(NamedTuple):
+    """Layer i of a hybrid, resolved."""
+
+    name: str | None  # its name in the pattern (preset or alias), or its MixerSpec's name
+    spec: MixerSpec
+    form: str  # the requested form ('auto' or a form of the spec's class)
+    mlp: bool  # whether its block has a SwiGLU MLP
 
 _TOKEN = re.compile(r"^([A-Za-z_][A-Za-z0-9_\-]*)(?:\*(\d+))?$")
 
@@ -92,10 +107,35 @@ class HybridConfig(BaseModel):
                                  f"{sorted(names | spec_names)}")
         if isinstance(self.mlp_layers, list):
             _check_indices("mlp_layers", self.mlp_layers, len(entries))
-        self.layer_specs()  # resolve every name now so that errors surface at construction
+        self._plan, self._plan_key = self._resolve_plan(entries), self._fingerprint()  # errors surface here
         return self
 
-    # ------------------------------------------------------------ resolution
+    # ------------------------------------------------------------ the per-layer plan
+    _plan: tuple[LayerPlan, ...] | None = PrivateAttr(None)
+    _plan_key: str | None = PrivateAttr(None)
+
+    @property
+    def plan(self) -> tuple[LayerPlan, ...]:
+        """One ``LayerPlan`` per layer, resolved at validation (again only if a field changed since)."""
+        key = self._fingerprint()
+        if self._plan is None or key != self._plan_key:
+            self._plan, self._plan_key = self._resolve_plan(self.layer_entries()), key
+        return self._plan
+
+    def _fingerprint(self) -> str:
+        return self.model_dump_json()
+
+    def _resolve_plan(self, entries: list[LayerEntry]) -> tuple[LayerPlan, ...]:
+        """Every layer's spec (each distinct name looked up once), form and MLP flag."""
+        specs: dict[str, MixerSpec] = {}
+        for e in entries:
+            if isinstance(e, str) and e not in specs:
+                specs[e] = self._spec(e)
+        resolved = [specs[e] if isinstance(e, str) else e for e in entries]
+        names = [e if isinstance(e, str) else e.name for e in entries]
+        forms = [self.forms.get(n, self.form) if n is not None else self.form for n in names]
+        return tuple(LayerPlan(*row) for row in zip(names, resolved, forms, self._mlp_flags(resolved)))
+
     def layer_entries(self) -> list[LayerEntry]:
         """One entry (name or MixerSpec) per layer, after pattern expansion and attention placement."""
         base = _expand(self.layers) if isinstance(self.layers, str) else list(self.layers)
@@ -114,37 +154,34 @@ class HybridConfig(BaseModel):
 
     def layer_specs(self) -> list[MixerSpec]:
         """The MixerSpec of every layer."""
-        return [self._spec(e) for e in self.layer_entries()]
+        return [layer.spec for layer in self.plan]
 
     def layer_forms(self) -> list[str]:
         """The requested form of every layer (``forms[name]``, else ``form``)."""
-        out = []
-        for e in self.layer_entries():
-            key = e if isinstance(e, str) else e.name
-            out.append(self.forms.get(key, self.form) if key is not None else self.form)
-        return out
+        return [layer.form for layer in self.plan]
 
-    def _spec(self, entry: LayerEntry) -> MixerSpec:
-        if isinstance(entry, MixerSpec):
-            return entry
+    def mlp_flags(self) -> list[bool]:
+        """Whether block i has an MLP."""
+        return [layer.mlp for layer in self.plan]
+
+    def _spec(self, name: str) -> MixerSpec:
+        """The preset ``name`` with the hybrid-wide heads and ``overrides[name]`` applied."""
         try:
-            spec = get_preset(entry)
+            spec = get_preset(name)
         except KeyError as err:
-            raise ValueError(f"unknown layer name {entry!r}: {err.args[0]}") from None
+            raise ValueError(f"unknown layer name {name!r}: {err.args[0]}") from None
         update: dict[str, Any] = {}
         if self.num_heads is not None or self.head_dim is not None:
             heads = self.num_heads or self.d_model // self.head_dim
             update.update(num_heads=heads, head_dim=self.d_model // heads)
-        update.update(self.overrides.get(entry, {}))
+        update.update(self.overrides.get(name, {}))
         if not update:
             return spec
         data = spec.model_dump()
-        data["layer"] = {**data["layer"], **update}
+        data["layer"] = _update_layer(data["layer"], update)
         return MixerSpec.model_validate(data)
 
-    def mlp_flags(self) -> list[bool]:
-        """Whether block i has an MLP."""
-        specs = self.layer_specs()
+    def _mlp_flags(self, specs: list[MixerSpec]) -> list[bool]:
         if self.mlp_ratio == 0 and self.mlp_hidden is None:
             return [False] * len(specs)
         if self.mlp_layers == "all":
@@ -159,7 +196,7 @@ class HybridConfig(BaseModel):
 
     @property
     def depth(self) -> int:
-        return len(self.layer_entries())
+        return len(self.plan)
 
     # ------------------------------------------------------------ YAML
     def to_yaml(self) -> str:
@@ -173,6 +210,15 @@ class HybridConfig(BaseModel):
         if not isinstance(data, dict):
             raise ValueError(f"a HybridConfig document must be a mapping, got {type(data).__name__}")
         return cls.model_validate(data)
+
+
+def _update_layer(layer: dict, update: dict) -> dict:
+    """LayerOptions fields ``layer`` updated by ``update``; a sub-model dict (``attention``, ``sca``)
+    is updated key by key, so an override keeps the preset's other sub-model fields."""
+    out = dict(layer)
+    for key, value in update.items():
+        out[key] = {**out[key], **value} if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
 
 
 def _expand(pattern: str) -> list[str]:

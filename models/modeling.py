@@ -22,7 +22,7 @@ from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, Generation
 from transformers import initialization as init
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 
-from assocmem.mixers.attention import RMSNorm
+from assocmem.mixers.norm import RMSNorm
 
 from .blocks import Block
 from .cache import AssocMemCache
@@ -40,6 +40,13 @@ def take_cache(cache: AssocMemCache | None, past_key_values: AssocMemCache | Non
     if cache is not None and past_key_values is not None:
         raise ValueError("give the cache once: as cache= (transformers >= 5.24) or as past_key_values=, not both")
     return cache if cache is not None else past_key_values
+
+
+_HYBRID_CACHE = "_hybrid_config_cache"
+
+
+def _key(hybrid: dict) -> str:
+    return json.dumps(hybrid, sort_keys=True)
 
 
 def output_cache(output) -> AssocMemCache | None:
@@ -66,17 +73,31 @@ class AssocMemConfig(PretrainedConfig):
     def __post_init__(self, **kwargs):
         hc = self.hybrid if isinstance(self.hybrid, HybridConfig) else HybridConfig.model_validate(self.hybrid or {})
         self.hybrid = hc.model_dump(mode="json")
+        self._keep(hc)
         self.vocab_size, self.hidden_size = hc.vocab_size, hc.d_model
         self.num_hidden_layers, self.tie_word_embeddings = hc.depth, hc.tie_embeddings
         super().__post_init__(**kwargs)
 
     @property
     def hybrid_config(self) -> HybridConfig:
-        return HybridConfig.model_validate(self.hybrid)
+        """The HybridConfig of ``hybrid``, validated (and its layers resolved) once: again only if
+        ``hybrid`` was replaced or edited since."""
+        cached = self.__dict__.get(_HYBRID_CACHE)
+        if cached is None or cached[0] != _key(self.hybrid):
+            self._keep(HybridConfig.model_validate(self.hybrid))
+        return self.__dict__[_HYBRID_CACHE][1]
+
+    def _keep(self, hc: HybridConfig) -> None:
+        self.__dict__[_HYBRID_CACHE] = (_key(self.hybrid), hc)  # not a config field: never serialised
+
+    def to_dict(self) -> dict[str, Any]:
+        out = super().to_dict()
+        out.pop(_HYBRID_CACHE, None)
+        return out
 
     def signature(self) -> str:
         """A short hash of the architecture (the HybridConfig)."""
-        return hashlib.sha1(json.dumps(self.hybrid, sort_keys=True).encode()).hexdigest()[:12]
+        return hashlib.sha1(_key(self.hybrid).encode()).hexdigest()[:12]
 
 
 class AssocMemPreTrainedModel(PreTrainedModel):
@@ -124,8 +145,9 @@ class AssocMemModel(AssocMemPreTrainedModel):
         self.embed_tokens = nn.Embedding(hc.vocab_size, hc.d_model)
         width = hc.mlp_width
         self.layers = nn.ModuleList(
-            Block(spec, hc.d_model, mlp_hidden=width if has_mlp else 0, norm_eps=hc.norm_eps, layer_idx=i, form=form)
-            for i, (spec, has_mlp, form) in enumerate(zip(hc.layer_specs(), hc.mlp_flags(), hc.layer_forms())))
+            Block(layer.spec, hc.d_model, mlp_hidden=width if layer.mlp else 0, norm_eps=hc.norm_eps, layer_idx=i,
+                  form=layer.form)
+            for i, layer in enumerate(hc.plan))
         self.norm = RMSNorm(hc.d_model, eps=hc.norm_eps)
         self._cache_token = uuid.uuid4().hex[:8]
         self.post_init()

@@ -33,9 +33,9 @@ NAUTILE_MLP_HIDDEN = 2730
 def _nautile(d: int, heads: int, kv: int, sca_heads: int, vocab: int, mlp: int, n_layers: int) -> HybridConfig:
     return HybridConfig(
         d_model=d, vocab_size=vocab, layers="sca,sca,attn", n_layers=n_layers,
-        overrides={"attn": {"num_heads": heads, "num_kv_heads": kv, "head_dim": d // heads, "qk_rmsnorm": True},
-                   "sca": {"num_heads": sca_heads, "sca_expand": 2.0, "sca_out_expand": 3, "conv_size": 4,
-                           "sca_maxlen": 1024}},
+        overrides={"attn": {"num_heads": heads, "head_dim": d // heads,
+                            "attention": {"num_kv_heads": kv, "qk_norm": "rmsnorm"}},
+                   "sca": {"num_heads": sca_heads, "conv_size": 4, "sca": {"expand": 2.0, "out_expand": 3, "maxlen": 1024}}},
         mlp_hidden=mlp, mlp_layers="attention", tie_embeddings=True)
 
 

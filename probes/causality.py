@@ -182,10 +182,9 @@ def tiny_spec(spec, *, num_heads: int = 2, head_dim: int = 8):
     spec = get_preset(spec) if isinstance(spec, str) else spec
     layer = spec.layer.model_dump()
     layer.update(num_heads=num_heads, head_dim=head_dim)
-    if layer.get("num_kv_heads") is not None:
-        layer["num_kv_heads"] = 1
-    if layer.get("sca_query_heads") is not None:
-        layer["sca_query_heads"] = None
+    if layer["attention"]["num_kv_heads"] is not None:
+        layer["attention"]["num_kv_heads"] = 1
+    layer["sca"]["query_heads"] = None
     return spec.model_copy(update={"layer": LayerOptions.model_validate(layer)})
 
 

@@ -28,6 +28,9 @@ MOVED = [  # (old module, old name, new module, new name)
     ("assocmem.probes.cli", "load_model", "assocmem.probes.io", "load_model"),
     ("assocmem.mixers.references", "hand_written", "assocmem.mixers.lower", "hand_written"),
     ("assocmem.mixers.references", "with_lr", "assocmem.mixers.lower", "with_lr"),
+    ("assocmem.mixers.attention", "RMSNorm", "assocmem.mixers.norm", "RMSNorm"),
+    ("assocmem.mixers.attention", "rope_angles", "assocmem.mixers.norm", "rope_angles"),
+    ("assocmem.mixers.attention", "apply_rope", "assocmem.mixers.norm", "apply_rope"),
 ]
 
 

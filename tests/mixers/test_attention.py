@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from assocmem.mixers.attention import Attention, AttentionState, apply_rope, rope_angles
+from assocmem.mixers.attention import Attention, AttentionState
+from assocmem.mixers.norm import apply_rope, rope_angles
 from assocmem.mixers.external import _fla_naive
 from assocmem.mixers.ops.attention import recurrent_softmax_attention, sdpa_softmax_attention
 

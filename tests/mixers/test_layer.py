@@ -201,8 +201,9 @@ def test_sca_spec_builds_the_authors_layer(variant):
     with safe_open(str(path), "pt") as f:
         cfg = json.loads(f.metadata()["config"])
     tensors = load_file(str(path))
-    layer = dict(num_heads=cfg["num_heads"], sca_query_heads=cfg["num_query_heads"], sca_expand=cfg["expand_factor"],
-                 sca_out_expand=cfg["out_expand_factor"], conv_size=cfg["conv_kernel_size"], sca_maxlen=cfg["maxlen"])
+    layer = dict(num_heads=cfg["num_heads"], conv_size=cfg["conv_kernel_size"],
+                 sca=dict(query_heads=cfg["num_query_heads"], expand=cfg["expand_factor"],
+                          out_expand=cfg["out_expand_factor"], maxlen=cfg["maxlen"]))
     spec = MixerSpec.model_validate({**get_preset("sca").model_dump(), "layer": {**get_preset("sca").layer.model_dump(),
                                                                                  **layer}})
     block = Block(spec, cfg["d_model"], mlp_hidden=0, norm_eps=1e-6, layer_idx=0).double()

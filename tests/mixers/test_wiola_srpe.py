@@ -6,7 +6,7 @@ import torch
 from pydantic import ValidationError
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
-from assocmem.mixers.attention import apply_rope
+from assocmem.mixers.norm import apply_rope
 from assocmem.mixers.wiola import SRPEOptions, srpe_angles
 
 B, T, H, D, THETA = 2, 37, 3, 16, 10000.0

@@ -16,7 +16,7 @@ TOL = dict(atol=1e-8, rtol=0)
 VOCAB = 64
 SWA5 = MixerSpec.model_validate({**get_preset("sliding_window").model_dump(), "name": "swa5",
                                  "retention": Window(size=5).model_dump()})
-SCA_SMALL = {"sca": {"num_heads": 2, "sca_expand": 1.0, "sca_maxlen": 16}}
+SCA_SMALL = {"sca": {"num_heads": 2, "sca": {"expand": 1.0, "maxlen": 16}}}
 
 MODELS = {  # id -> HybridConfig kwargs
     "attn": dict(layers="attn", n_layers=2),

@@ -29,10 +29,12 @@ def test_attention_indices():
 
 
 def test_num_heads_and_overrides():
-    hc = HybridConfig(d_model=64, layers="gdn,attn", num_heads=4, overrides={"attn": {"num_kv_heads": 2}})
+    hc = HybridConfig(d_model=64, layers="gdn,attn", num_heads=4,
+                      overrides={"attn": {"attention": {"num_kv_heads": 2, "rope_theta": 500.0}}})
     gdn, attn = hc.layer_specs()
     assert (gdn.layer.num_heads, gdn.layer.head_dim) == (4, 16)
-    assert (attn.layer.num_heads, attn.layer.head_dim, attn.layer.num_kv_heads) == (4, 16, 2)
+    assert (attn.layer.num_heads, attn.layer.head_dim, attn.layer.attention.num_kv_heads) == (4, 16, 2)
+    assert (attn.layer.attention.rope, attn.layer.attention.rope_theta) == (True, 500.0)  # the rest of the preset kept
     assert HybridConfig(d_model=64, layers="attn", head_dim=32).layer_specs()[0].layer.num_heads == 2
 
 
@@ -83,3 +85,32 @@ def test_unknown_name_lists_choices():
 def test_preset_names_resolve_to_registry_specs():
     assert HybridConfig(layers="gdn").layer_specs()[0] == get_preset("gated_deltanet")
     assert isinstance(HybridConfig(layers="deltanet").layer_specs()[0].bias, L2)
+
+
+def test_an_8_layer_hybrid_resolves_its_pattern_once(monkeypatch):
+    """Building the model expands the pattern once and looks each distinct layer name up once,
+    however many times the config, the HF config and the model read the layers."""
+    from assocmem.models import build_model
+    from assocmem.models import config as hybrid_config
+
+    calls = {"expand": 0, "preset": [], "plan": 0}
+    expand, preset, plan = hybrid_config._expand, hybrid_config.get_preset, HybridConfig._resolve_plan
+    monkeypatch.setattr(hybrid_config, "_expand", lambda p: calls.__setitem__("expand", calls["expand"] + 1) or expand(p))
+    monkeypatch.setattr(hybrid_config, "get_preset", lambda n: calls["preset"].append(n) or preset(n))
+    monkeypatch.setattr(HybridConfig, "_resolve_plan",
+                        lambda self, e: calls.__setitem__("plan", calls["plan"] + 1) or plan(self, e))
+    hc = HybridConfig(d_model=32, vocab_size=64, layers="gdn*3,attn", n_layers=8, num_heads=2, mlp_ratio=1)
+    model = build_model(hc)
+    assert (calls["expand"], sorted(calls["preset"]), calls["plan"]) == (1, ["attn", "gdn"], 1)
+    assert [layer.name for layer in hc.plan] == ["gdn", "gdn", "gdn", "attn"] * 2
+    assert [type(b.mixer).__name__ for b in model.model.layers] == ["Mixer", "Mixer", "Mixer", "Attention"] * 2
+    model.config.hybrid_config.layer_specs()  # read again through the HF config: still no new resolution
+    assert (calls["expand"], calls["plan"]) == (1, 1)
+
+
+def test_the_plan_follows_a_changed_field():
+    hc = HybridConfig(d_model=32, layers="gdn,attn", n_layers=4)
+    assert hc.depth == 4
+    hc.n_layers = 6
+    assert hc.depth == 6 and [s.name for s in hc.layer_specs()] == ["gated_deltanet", "softmax"] * 3
+    assert hc.model_copy(update={"n_layers": 2}).depth == 2

@@ -23,7 +23,8 @@ def test_nautile_370m_parameter_count():
     assert kinds.count("spectral") == 16 and kinds.count("nonparametric") == 8
     assert [i for i, k in enumerate(kinds) if k == "nonparametric"] == [i for i in range(24) if (i + 1) % 3 == 0]
     attn = hc.layer_specs()[2].layer
-    assert (attn.num_heads, attn.num_kv_heads, attn.qk_rmsnorm, attn.rope) == (16, 4, True, True)
+    assert (attn.num_heads, attn.attention.num_kv_heads, attn.attention.qk_norm, attn.attention.rope) == \
+        (16, 4, "rmsnorm", True)
     assert hc.mlp_flags() == [k == "nonparametric" for k in kinds] and hc.tie_embeddings
 
 
