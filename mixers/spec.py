@@ -157,6 +157,23 @@ class LayerOptions(BaseModel):
         return self.num_heads if self.num_qk_heads is None else self.num_qk_heads
 
 
+def _flat_attribute(key: str) -> property:
+    """Read access to a flat key of the old layout (``opts.num_kv_heads``), with a DeprecationWarning."""
+    sub, new, convert = FLAT_KEYS[key]
+
+    def get(self: LayerOptions):
+        warnings.warn(f"LayerOptions.{key} is deprecated (removed in assocmem 0.2.0); use .{sub}.{new}",
+                      DeprecationWarning, stacklevel=2)
+        value = getattr(getattr(self, sub), new)
+        return value == "rmsnorm" if key == "qk_rmsnorm" else value
+
+    return property(get, doc=f"Deprecated: ``{sub}.{new}``.")
+
+
+for _key in FLAT_KEYS:
+    setattr(LayerOptions, _key, _flat_attribute(_key))
+
+
 class MixerSpec(BaseModel):
     """A sequence mixer: four axes of the online objective plus layer options."""
 

@@ -169,13 +169,13 @@ class ContextLimit:
 
 
 def context_limits(model) -> list[ContextLimit]:
-    """The model's length limits: SCA layers' ``sca_maxlen`` (d(t) = max(maxlen − 1 − t, 0) stops
+    """The model's length limits: SCA layers' ``sca.maxlen`` (d(t) = max(maxlen − 1 − t, 0) stops
     moving beyond it; mixers/sca.py), refused; a transformers config's ``max_position_embeddings``
     (the RoPE / position range it was built for), flagged."""
     config = model.config
     limits = []
     if getattr(config, "model_type", None) == "assocmem":
-        spectral = [s.layer.sca_maxlen for s in config.hybrid_config.layer_specs() if s.memory.kind == "spectral"]
+        spectral = [s.layer.sca.maxlen for s in config.hybrid_config.layer_specs() if s.memory.kind == "spectral"]
         if spectral:
             limits.append(ContextLimit(min(spectral), True, f"SCA layers are defined up to sca_maxlen={min(spectral)} "
                                        f"tokens (d(t) = max(maxlen − 1 − t, 0))"))

@@ -24,6 +24,14 @@ def test_flat_keys_load_as_their_nested_fields_with_a_warning():
     assert LayerOptions.model_validate(old.model_dump()) == old  # written back nested, read without a warning
 
 
+def test_flat_attributes_read_the_nested_fields_with_a_warning():
+    opts = LayerOptions.model_validate(NESTED)
+    for key, (sub, new, _) in FLAT_KEYS.items():
+        with pytest.warns(DeprecationWarning, match=rf"LayerOptions.{key} is deprecated.*use .{sub}.{new}"):
+            value = getattr(opts, key)
+        assert value == (True if key == "qk_rmsnorm" else getattr(getattr(opts, sub), new))
+
+
 def test_a_flat_key_wins_over_the_nested_one_and_unknown_keys_are_refused():
     with pytest.warns(DeprecationWarning):
         opts = LayerOptions.model_validate({"attention": {"rope": False, "rope_theta": 3.0}, "rope_theta": 7.0})

@@ -119,7 +119,7 @@ def test_seeded_reproducible_and_the_callers_rng_is_untouched():
 
 def test_context_limits():
     sca = build_model(HybridConfig(d_model=32, vocab_size=V, layers="sca,attn", num_heads=2,
-                                   overrides={"sca": {"sca_maxlen": 64}}))
+                                   overrides={"sca": {"sca": {"maxlen": 64}}}))
     assert [(lim.tokens, lim.hard) for lim in context_limits(sca)] == [(64, True)]
     assert check_context(sca, 64, "the prompt") == []
     with pytest.raises(ValueError, match="the prompt needs 65 tokens: SCA layers are defined up to sca_maxlen=64"):
