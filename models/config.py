@@ -65,7 +65,8 @@ class HybridConfig(BaseModel):
     num_heads: int | None = Field(None, gt=0, description="heads of every named layer (head_dim = d_model // num_heads)")
     head_dim: int | None = Field(None, gt=0, description="head width of every named layer (num_heads = d_model // head_dim)")
     overrides: dict[str, dict[str, Any]] = Field(
-        default_factory=dict, description="LayerOptions updates per layer name, e.g. {'attn': {'attention': {'num_kv_heads': 4}}}")
+        default_factory=dict,
+        description="LayerOptions updates per layer name, e.g. {'attn': {'attention': {'num_kv_heads': 4}}}")
     form: str = Field("auto", description="form of every layer's op: 'auto' (fastest exact) or 'recurrent'")
     forms: dict[str, str] = Field(
         default_factory=dict, description="form per layer name (or MixerSpec name), e.g. {'gdn': 'chunk'}")
