@@ -4,22 +4,30 @@ each valid combination falls in. One place, used by MixerSpec validation,
 
 Classes (ARCHITECTURE.md, "lower"):
 
-    hebbian        Matrix + DotProduct + (None | L2Decay) + GD
+    hebbian        Matrix + DotProduct + (None | L2Decay) + RetainThenGD (K steps: one with K·β),
+                   or + GD with one step (K steps: only without retention)
     delta          Matrix + L2 + (None | L2Decay) + RetainThenGD (per-key decay: KDA),
                    or + (None | L2Decay scalar/fixed) + Implicit, or + None + GD
+                   (K steps of any of them: one delta step with an effective β, mixers/ops/depth.py)
     diag_rank1     Matrix + L2 + L2Decay + GD (the "joint" single step)
+    dplr           Matrix + (L2 with GD(rate="key") | RemoveReplace) + (None | L2Decay) + GD, one step:
+                   diagonal plus low rank with a per-key rate or a separate removal key (RWKV-7)
     spectral       Spectral + CharacteristicFunction + None + ClosedForm
     nonparametric  NonParametric + NadarayaWatson + (None | Window) + ClosedForm
-    scan           everything else that is valid (Lp, Huber, MLP memory, Momentum, KL, ...)
+    scan           everything else that is valid (Lp, Huber, MLP memory, Momentum, KL, ℓ1, the joint
+                   step repeated K times, ...)
+
+``GD(rate="key")`` (one step size per key row) is scalar-rate algebra only in the dplr class; with
+any other bias or optimizer it is class scan.
 """
 from __future__ import annotations
 
 from typing import Protocol
 
-from .bias import L2, CharacteristicFunction, DotProduct, NadarayaWatson
+from .bias import L2, CharacteristicFunction, DotProduct, NadarayaWatson, RemoveReplace
 from .memory import Matrix, NonParametric, Spectral
 from .optimizer import GD, ClosedForm, Implicit, RetainThenGD
-from .retention import KL, L2Decay, NoRetention, Proximal, Window
+from .retention import KL, L1, L2Decay, NoRetention, Proximal, Window
 
 
 class AxesLike(Protocol):
@@ -69,6 +77,14 @@ def check_axes(spec: AxesLike) -> None:
         raise ValueError("retention: 'kl' needs a matrix memory and the gd optimizer (mirror descent)")
     if isinstance(r, L2Decay) and r.gate == "key" and not isinstance(m, Matrix) and m.kind != "diagonal":
         raise ValueError(f"retention.gate='key' needs a matrix or diagonal memory, got {m.kind!r}")
+    if isinstance(r, L1) and not isinstance(o, GD):
+        raise ValueError(
+            f"retention: 'l1' with optimizer {o.kind!r} — the ℓ1 retention is taken by one proximal-gradient "
+            "step (soft-thresholding of the update), which only the 'gd' optimizer takes; use optimizer gd")
+    if isinstance(o, GD) and o.rate == "key" and (not isinstance(m, Matrix) or isinstance(r, KL)):
+        raise ValueError(
+            f"optimizer.rate='key' (one step size per key row of S) needs a matrix memory without the kl "
+            f"retention; got memory {m.kind!r}, retention {r.kind!r}; use rate='scalar'")
 
 
 def window_of(spec: AxesLike) -> int | None:
@@ -87,16 +103,29 @@ def algebra_class(spec: AxesLike) -> str:
         return "nonparametric"
     plain = isinstance(m, Matrix) and m.norm == "none"
     decay = isinstance(r, (NoRetention, L2Decay))
-    if plain and decay and isinstance(b, DotProduct) and isinstance(o, GD):
-        return "hebbian"
+    gd = isinstance(o, GD) and o.rate == "scalar"
+    one_step = getattr(o, "steps", 1) == 1
+    if plain and decay and isinstance(b, DotProduct):
+        if isinstance(o, RetainThenGD) or (gd and (one_step or isinstance(r, NoRetention))):
+            return "hebbian"
     if plain and isinstance(b, L2):
         scalar_decay = isinstance(r, NoRetention) or (isinstance(r, L2Decay) and r.gate != "key")
         if decay and isinstance(o, RetainThenGD):  # per-key decay too: Kimi Delta Attention
             return "delta"
         if scalar_decay and isinstance(o, Implicit):
             return "delta"
-        if isinstance(r, NoRetention) and isinstance(o, GD):
+        if isinstance(r, NoRetention) and gd:
             return "delta"
-        if isinstance(r, L2Decay) and isinstance(o, GD):
+        if isinstance(r, L2Decay) and gd and one_step:
             return "diag_rank1"
+    if plain and decay and isinstance(o, GD) and one_step and (
+            isinstance(b, RemoveReplace) or (isinstance(b, L2) and o.rate == "key")):
+        return "dplr"
     return "scan"
+
+
+def sums_keys(spec: AxesLike) -> bool:
+    """Whether the write is a (decayed, weighted) sum of outer products v kᵀ, so that the same write of
+    the value 1 is the normaliser Z_t of normalised linear attention (thesis eqs. 2.35–2.36): the
+    hebbian class."""
+    return algebra_class(spec) == "hebbian"

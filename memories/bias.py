@@ -33,6 +33,27 @@ class L2(Axis):
         return 0.5 * (pred - v).pow(2).sum()
 
 
+class RemoveReplace(Axis):
+    """ℓ = ½‖f_M(κ)‖² − ⟨f_M(k), v⟩: erase what the removal key κ retrieves, write v at the
+    replacement key k (RWKV-7's separate removal key; Peng et al. 2025).
+
+    One GD step with a per-key rate a_t (``GD(rate="key")``) and the per-key decay gives RWKV-7's
+    diagonal-plus-low-rank write, S = Mᵀ ∈ R^{K×V}:
+
+        S_t = (diag(α_t) − (a_t ⊙ κ_t) κ_tᵀ) S_{t−1} + (a_t ⊙ k_t) v_tᵀ
+
+    With κ = k it is the ℓ2 bias up to the constant ½‖v‖² (the same gradient): Table 2.1's
+    (diag(α_t) − β_t k_t k_tᵀ) M + β_t v_t k_tᵀ. The removal key is an extra input of the op
+    (``removal_key`` [B, T, H, K]).
+    """
+
+    kind: Literal["remove_replace"] = "remove_replace"
+
+    def loss(self, pred: torch.Tensor, v: torch.Tensor, removed: torch.Tensor) -> torch.Tensor:
+        """pred = f_M(k), removed = f_M(κ): [V] each."""
+        return 0.5 * removed.pow(2).sum() - (pred * v).sum()
+
+
 class Lp(Axis):
     """ℓ = ‖f_M(k) − v‖_p^p (Moneta-style); ∇ = p·sign(e)|e|^{p−1} kᵀ, e = f(k) − v."""
 
@@ -91,4 +112,4 @@ class CharacteristicFunction(Axis):
         return 0.5 * (S - self.target(u, v, theta)).pow(2).sum()
 
 
-Bias = DotProduct | L2 | Lp | Huber | NadarayaWatson | CharacteristicFunction
+Bias = DotProduct | L2 | RemoveReplace | Lp | Huber | NadarayaWatson | CharacteristicFunction

@@ -9,8 +9,9 @@ from typing import Literal
 
 import torch
 
+from .bias import RemoveReplace
 from .memory import NonParametric, Spectral
-from .optimizer import Momentum
+from .optimizer import GD, Momentum
 from .retention import L2Decay
 
 
@@ -22,13 +23,16 @@ class GateNeeds:
     eta: bool  # Momentum: optional per-token momentum decay
     spectral: bool  # theta and weights required; q is [B,T,H,D,M,2]
     nonparametric: bool
+    beta_key: bool = False  # beta is [B, T, H, K] (GD(rate="key")) instead of [B, T, H]
+    removal_key: bool = False  # removal_key [B, T, H, K] required (RemoveReplace bias)
 
 
 def gate_needs(spec) -> GateNeeds:
-    r = spec.retention
+    r, o = spec.retention, spec.optimizer
     la = ("key" if r.gate == "key" else "scalar") if isinstance(r, L2Decay) else None
-    return GateNeeds(la, isinstance(spec.optimizer, Momentum), isinstance(spec.memory, Spectral),
-                     isinstance(spec.memory, NonParametric))
+    return GateNeeds(la, isinstance(o, Momentum), isinstance(spec.memory, Spectral),
+                     isinstance(spec.memory, NonParametric), beta_key=isinstance(o, GD) and o.rate == "key",
+                     removal_key=isinstance(spec.bias, RemoveReplace))
 
 
 def _shape(name: str, t: torch.Tensor | None, want: tuple, allowed: str) -> None:
@@ -47,7 +51,8 @@ def _forbid(name: str, value, why: str) -> None:
         raise ValueError(f"{name} was given but {why}")
 
 
-def check_inputs(needs: GateNeeds, q, k, v, *, log_alpha, beta, eta, theta, weights, initial_state) -> None:
+def check_inputs(needs: GateNeeds, q, k, v, *, log_alpha, beta, eta, theta, weights, initial_state,
+                 removal_key=None) -> None:
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not torch.is_tensor(t) or not t.is_floating_point():
             raise TypeError(f"{name} must be a floating-point torch.Tensor, got "
@@ -71,7 +76,16 @@ def check_inputs(needs: GateNeeds, q, k, v, *, log_alpha, beta, eta, theta, weig
             raise ValueError(f"v has shape {tuple(v.shape)}; expected [B, T, H, V] with B, T, H of q {(B, T, H)}")
         _forbid("theta", theta, "only a spectral memory takes theta")
         _forbid("weights", weights, "only a spectral memory takes weights")
-    _shape("beta", beta, (B, T, H), "[B, T, H]")
+    if needs.beta_key:
+        _shape("beta", beta, (B, T, H, q.shape[-1]), "[B, T, H, K] (optimizer rate='key')")
+    else:
+        _shape("beta", beta, (B, T, H), "[B, T, H]")
+    if needs.removal_key:
+        if removal_key is None:
+            raise ValueError("removal_key is required by the remove_replace bias: shape [B, T, H, K]")
+        _shape("removal_key", removal_key, (B, T, H, q.shape[-1]), "[B, T, H, K] like k")
+    else:
+        _forbid("removal_key", removal_key, "only the remove_replace bias takes a removal key")
     if needs.log_alpha is None:
         _forbid("log_alpha", log_alpha, "this spec has no decay gate (retention is not l2_decay)")
     elif log_alpha is None:

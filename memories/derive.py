@@ -13,10 +13,12 @@ in float64.
 The returned RecurrentStep has the project's op contract:
 
     o, S = step(q, k, v, *, log_alpha=None, beta=None, eta=None, theta=None, weights=None,
-                scale=None, initial_state=None, output_final_state=False)
+                removal_key=None, scale=None, initial_state=None, output_final_state=False)
     q, k: [B, T, H, K]   v: [B, T, H, V]   log_alpha: [B, T, H] or [B, T, H, K]
-    beta: [B, T, H] (η_t = lr·β_t, or the contribution p_t of a closed form)
+    beta: [B, T, H] (η_t = lr·β_t, or the contribution p_t of a closed form);
+          [B, T, H, K] with GD(rate="key")
     eta: [B, T, H] momentum decay (Momentum only)
+    removal_key: [B, T, H, K] the removal key κ of the remove_replace bias (only there)
     theta, weights: [H, D, M] spectral points and integration weights (Spectral only)
     state: a tensor [B, H, K, V] for a matrix memory, else a tuple (see memory docs)
 """
@@ -30,8 +32,9 @@ from .bias import NadarayaWatson
 from .checks import GateNeeds, check_inputs, gate_needs
 from .describe import describe
 from .memory import NonParametric, Spectral, State
+from .bias import RemoveReplace
 from .optimizer import ClosedForm, Momentum, TokenContext, state_dot
-from .retention import KL, Proximal
+from .retention import KL, L1, Proximal
 
 __all__ = ["derive", "RecurrentStep"]
 
@@ -61,9 +64,9 @@ class RecurrentStep:
         return f"RecurrentStep({self.cls}: {self.describe()})"
 
     def __call__(self, q, k, v, *, log_alpha=None, beta=None, eta=None, theta=None, weights=None,
-                 scale=None, initial_state=None, output_final_state=False):
+                 removal_key=None, scale=None, initial_state=None, output_final_state=False):
         check_inputs(self.needs, q, k, v, log_alpha=log_alpha, beta=beta, eta=eta, theta=theta,
-                      weights=weights, initial_state=initial_state)
+                     weights=weights, initial_state=initial_state, removal_key=removal_key)
         width = q.shape[3]  # K, or D for a spectral query [B, T, H, D, M, 2]
         scale = width ** -0.5 if scale is None else scale
         if isinstance(self.spec.memory, Spectral):
@@ -72,7 +75,7 @@ class RecurrentStep:
             o, S = _run_nonparametric(self.spec, q, k, v, scale, initial_state)
         else:
             o, S = _run_parametric(self.spec, self._token_fn(q, v), q, k, v, log_alpha, beta, eta, scale,
-                                   initial_state)
+                                   initial_state, k if removal_key is None else removal_key)
         return o, (S if output_final_state else None)
 
     def _token_fn(self, q, v):
@@ -100,11 +103,14 @@ def _initial(spec, B, H, K, V, like, initial_state) -> State:
 
 
 def _token_update(spec, n_mem: int):
-    """Per-head update (state, k, v, alpha, lr, eta) -> new state, for vmap."""
+    """Per-head update (state, k, v, alpha, lr, eta, removal key) -> new state, for vmap."""
     memory, bias, retention, opt = spec.memory, spec.bias, spec.retention, spec.optimizer
+    two_keys = isinstance(bias, RemoveReplace)
 
-    def update(state, k, v, alpha, lr, eta):
+    def update(state, k, v, alpha, lr, eta, kappa):
         def loss(s):
+            if two_keys:  # ℓ(M; κ, k, v) reads the memory at the removal key too
+                return bias.loss(memory.predict(s[:n_mem], k), v, memory.predict(s[:n_mem], kappa))
             return bias.loss(memory.predict(s[:n_mem], k), v)
 
         if isinstance(retention, KL):  # mirror descent on the simplex of each key row
@@ -114,7 +120,8 @@ def _token_update(spec, n_mem: int):
         def penalty(s, prev):
             return retention.penalty(s, prev, alpha, lr)
 
-        ctx = TokenContext(loss, penalty, lr, eta, proximal=isinstance(retention, Proximal))
+        shrink = (lambda change: retention.shrink(change, lr)) if isinstance(retention, L1) else None
+        ctx = TokenContext(loss, penalty, lr, eta, proximal=isinstance(retention, Proximal), shrink=shrink)
         return opt.update(ctx, state)
 
     return update
@@ -124,14 +131,14 @@ def _token_write_read(spec, n_mem: int):
     """One head, one token: the optimizer's write, then the read o = f_{M_t}(scale·q)."""
     update = _token_update(spec, n_mem)
 
-    def token(state, q, k, v, alpha, lr, eta, scale):
-        state = update(state, k, v, alpha, lr, eta)
+    def token(state, q, k, v, alpha, lr, eta, kappa, scale):
+        state = update(state, k, v, alpha, lr, eta, kappa)
         return state, spec.memory.predict(state[:n_mem], scale * q)
 
     return token
 
 
-def _run_parametric(spec, token, q, k, v, log_alpha, beta, eta, scale, initial_state):
+def _run_parametric(spec, token, q, k, v, log_alpha, beta, eta, scale, initial_state, kappa):
     """Loop over time; per token, the vmapped (batch × heads) write and read."""
     B, T, H, K = q.shape
     V = v.shape[-1]
@@ -144,7 +151,7 @@ def _run_parametric(spec, token, q, k, v, log_alpha, beta, eta, scale, initial_s
     sc = q.new_full((B, H), scale)
     outs = []
     for t in range(T):
-        state, o_t = step(state, q[:, t], k[:, t], v[:, t], alpha[:, t], lr[:, t], mom[:, t], sc)
+        state, o_t = step(state, q[:, t], k[:, t], v[:, t], alpha[:, t], lr[:, t], mom[:, t], kappa[:, t], sc)
         outs.append(o_t)  # (B, H, V)
     o = torch.stack(outs, dim=1)  # (B, T, H, V)
     return o, (state[0] if len(state) == 1 else state)

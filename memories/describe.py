@@ -3,10 +3,10 @@ f_M(k) = M k). Unrecognised specs are described as 'generic gradient step'."""
 from __future__ import annotations
 
 from .algebra import algebra_class, window_of
-from .bias import L2, Huber, Lp
+from .bias import L2, DotProduct, Huber, Lp, RemoveReplace
 from .memory import Matrix
 from .optimizer import GD, Implicit, Momentum, RetainThenGD
-from .retention import KL, L2Decay, NoRetention
+from .retention import KL, L1, L2Decay, NoRetention
 
 GENERIC = "generic gradient step"
 
@@ -40,10 +40,33 @@ def _diag_rank1(spec) -> str:
             "  (one GD step on ℓ2 + ℓ2-decay taken jointly at M_{t-1})")
 
 
+def _dplr(spec) -> str:
+    a = "diag(α_t)" if isinstance(spec.retention, L2Decay) and spec.retention.gate == "key" else (
+        "α_t I" if isinstance(spec.retention, L2Decay) else "I")
+    rate = "β_t" if spec.optimizer.rate == "scalar" else "diag(β_t)"
+    kappa = "κ_t" if isinstance(spec.bias, RemoveReplace) else "k_t"
+    return (f"S_t = ({a} − {rate} {kappa} {kappa}ᵀ) S_{{t-1}} + {rate} k_t v_tᵀ  (S = Mᵀ; diagonal plus low rank: "
+            f"RWKV-7 with in-context rate β_t{' and removal key κ_t' if kappa == 'κ_t' else ''})")
+
+
+def _l1(spec) -> str:
+    b = spec.bias
+    if isinstance(b, DotProduct):
+        step = "β_t v_t k_tᵀ"
+    elif isinstance(b, L2):
+        step = "β_t (v_t − M_{t-1} k_t) k_tᵀ"
+    else:
+        return GENERIC
+    return (f"M_t = M_{{t-1}} + soft({step}, β_t λ),  soft(x, τ) = sign(x) max(|x| − τ, 0)  "
+            f"(one proximal-gradient step on ℓ + λ‖M − M_{{t-1}}‖₁, λ = {spec.retention.lam:g})")
+
+
 def _scan(spec) -> str:
     m, b, r, o = spec.memory, spec.bias, spec.retention, spec.optimizer
-    if not (isinstance(m, Matrix) and m.norm == "none"):
+    if not (isinstance(m, Matrix) and m.norm == "none") or getattr(o, "rate", "scalar") == "key":
         return GENERIC
+    if isinstance(r, L1):
+        return _l1(spec) if getattr(o, "steps", 1) == 1 and o.rate == "scalar" else GENERIC
     err = "(M_{t-1} k_t − v_t)"
     grads = {L2: f"{err} k_tᵀ", Huber: f"clamp({err}, −δ, δ) k_tᵀ", Lp: f"p·sign(e)|e|^(p−1) k_tᵀ, e = {err}"}
     g = next((txt for cls, txt in grads.items() if isinstance(b, cls)), None)
@@ -60,7 +83,33 @@ def _scan(spec) -> str:
     return GENERIC
 
 
+def depth(spec) -> str:
+    """The single step that K steps per token equal (recurrent depth, thesis eq. 5.1), or ''.
+
+    ℓ2 bias: every GD step on ½‖Sᵀk − v‖² multiplies the error e = v − Sᵀk by (1 − β‖k‖²), so K
+    steps write (1 − (1 − β‖k‖²)^K) e along k: one delta step with β_eff. A proximal step
+    divides it by (1 + β‖k‖²). Dot product: the gradient does not depend on M, K steps add K·β v kᵀ.
+    """
+    K = getattr(spec.optimizer, "steps", 1)
+    if K == 1:
+        return ""
+    cls = algebra_class(spec)
+    if cls == "hebbian":
+        return f"  with β_t → β_eff,t = {K}·β_t  ({K} steps on the dot product = one step)"
+    if cls == "delta" and isinstance(spec.optimizer, Implicit):
+        return (f"  with β_t → β_eff,t = ((1 + β_t‖k_t‖²)^{K} − 1)/‖k_t‖²  ({K} proximal steps on ℓ2 = one, "
+                f"then ε_t = β_eff,t / (1 + β_eff,t ‖k_t‖²))")
+    if cls == "delta":
+        return f"  with β_t → β_eff,t = (1 − (1 − β_t‖k_t‖²)^{K})/‖k_t‖²  ({K} GD steps on ℓ2 = one delta step)"
+    return f"  (the step taken {K} times per token before the read)"
+
+
 def describe(spec) -> str:
+    """The closed form of ``spec``'s write (with its single-step equivalent under recurrent depth)."""
+    return _describe(spec) + depth(spec)
+
+
+def _describe(spec) -> str:
     cls = algebra_class(spec)
     if cls == "hebbian":
         return _hebbian(spec)
@@ -68,6 +117,8 @@ def describe(spec) -> str:
         return _delta(spec)
     if cls == "diag_rank1":
         return _diag_rank1(spec)
+    if cls == "dplr":
+        return _dplr(spec)
     if cls == "spectral":
         return ("den_t = den_{t-1} + p_t;  num_t = num_{t-1} + p_t v_t e^{iφ_t},  φ_t = u_t ⊗ θ;  "
                 "o_t = scale Σ_m w_m (num_t / max(den_t, ε))_m conj(q_t,m)  (normalised spectral mean, SCA)")

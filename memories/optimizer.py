@@ -2,10 +2,16 @@
 
 Each optimizer's ``update(ctx, state)`` maps the previous per-head state (a
 tuple of tensors) to the new one, using only ``ctx.loss`` (the attentional
-bias at this token as a function of the state) and ``ctx.penalty`` (the
-retention term). Gradients and Hessian-vector products come from torch.func,
-so the same code serves every memory and bias. η_t = lr · β_t is the per-token
-learning rate.
+bias at this token as a function of the state), ``ctx.penalty`` (the
+retention term) and, for a non-smooth retention, ``ctx.prox`` (its proximal
+map). Gradients and Hessian-vector products come from torch.func, so the same
+code serves every memory and bias. η_t = lr · β_t is the per-token learning
+rate: a scalar per head, or one per key row of S (``GD(rate="key")``).
+
+Recurrent depth (thesis §5.2, eq. 5.1): ``steps: K`` iterates the optimizer's
+write K times per token before the read, M_t^{k+1} = f(M_t^k, x_t) with
+M_t^0 = M_{t−1}; ``RetainThenGD`` and ``Implicit`` apply the retention once and
+then take K steps on the bias, ``GD`` takes K steps on ℓ + R(·, M_{t−1}).
 """
 from __future__ import annotations
 
@@ -28,10 +34,21 @@ class TokenContext:
     lr: torch.Tensor  # η_t, scalar
     eta: torch.Tensor | None  # momentum decay (Momentum only)
     proximal: bool = False  # retention is a proximal term: Implicit adds R(M, M') to its objective
+    shrink: Callable[[State], State] | None = None  # non-smooth R: its prox on the change ΔM = M − M_{t−1}
+
+
+def rows(a, x: torch.Tensor):
+    """A scalar or a per-key-row factor a [K] shaped to multiply x [K, ...] row by row."""
+    if not torch.is_tensor(a) or a.dim() == 0:
+        return a
+    return a.reshape(a.shape + (1,) * (x.dim() - a.dim()))
 
 
 def _axpy(a, x: State, y: State) -> State:
-    return tuple(yi + a * xi for xi, yi in zip(x, y))
+    return tuple(yi + rows(a, xi) * xi for xi, yi in zip(x, y))
+
+
+STEPS_DOC = "recurrent depth K (thesis eq. 5.1): writes per token before the read; 1 = the published single step"
 
 
 def state_dot(x: State, y: State) -> torch.Tensor:
@@ -49,14 +66,39 @@ class GD(Axis):
     """One gradient step on ℓ + R taken at M_{t−1} (eq. 2.58):
 
         M_t = M_{t−1} − η_t ∇[ℓ + R](M_{t−1})
+
+    ``steps: K`` repeats it K times, always with R anchored at M_{t−1} (eq. 5.1). A non-smooth
+    retention (ℓ1) is taken by its proximal map instead of its gradient (one proximal-gradient
+    step): M ← prox_{η R(·, M_{t−1})}(M − η ∇ℓ(M)). ``rate="key"``: η_t is one step size per key
+    row of S (diag(η_t) preconditions the gradient; RWKV-7's in-context learning rate).
     """
 
     kind: Literal["gd"] = "gd"
     lr: float = Field(1.0, gt=0.0, description="base learning rate; η_t = lr · β_t")
+    steps: int = Field(1, ge=1, description=STEPS_DOC)
+    rate: Literal["scalar", "key"] = Field(
+        "scalar", description="scalar: one step size η_t per head; key: one per key row of a matrix memory "
+        "(β_t is [B, T, H, K]: RWKV-7's vector in-context learning rate)")
 
     def update(self, ctx: TokenContext, state: State) -> State:
-        g = grad(lambda s: ctx.loss(s) + ctx.penalty(s, state))(state)
-        return _axpy(-ctx.lr, g, state)
+        if ctx.shrink is not None:
+            return self._proximal_gradient(ctx, state)
+        anchor = state
+        for _ in range(self.steps):
+            g = grad(lambda s: ctx.loss(s) + ctx.penalty(s, anchor))(state)
+            state = _axpy(-ctx.lr, g, state)
+        return state
+
+    def _proximal_gradient(self, ctx: TokenContext, anchor: State) -> State:
+        """K proximal-gradient steps, carried as the change ΔM from M_{t−1} (so that K = 1 with a
+        zero threshold is the gd step bit for bit): ΔM ← shrink(ΔM − η ∇ℓ(M_{t−1} + ΔM))."""
+        change, state = None, anchor
+        for _ in range(self.steps):
+            g = grad(ctx.loss)(state)
+            step = tuple(-rows(ctx.lr, gi) * gi for gi in g)
+            change = ctx.shrink(step if change is None else tuple(c + d for c, d in zip(change, step)))
+            state = tuple(a + c for a, c in zip(anchor, change))
+        return state
 
 
 class RetainThenGD(Axis):
@@ -64,14 +106,19 @@ class RetainThenGD(Axis):
 
         M' = M_{t−1} − η_t ∇R(M_{t−1})   (= α_t M_{t−1} for L2 decay)
         M_t = M' − η_t ∇ℓ(M')            (published Gated DeltaNet ordering)
+
+    ``steps: K``: the retention once, then K gradient steps on ℓ (eq. 5.1).
     """
 
     kind: Literal["retain_then_gd"] = "retain_then_gd"
     lr: float = Field(1.0, gt=0.0, description="base learning rate; η_t = lr · β_t")
+    steps: int = Field(1, ge=1, description=STEPS_DOC)
 
     def update(self, ctx: TokenContext, state: State) -> State:
         kept = retain(ctx, state)
-        return _axpy(-ctx.lr, grad(ctx.loss)(kept), kept)
+        for _ in range(self.steps):
+            kept = _axpy(-ctx.lr, grad(ctx.loss)(kept), kept)
+        return kept
 
 
 class Implicit(Axis):
@@ -83,15 +130,25 @@ class Implicit(Axis):
     Hessian-vector products (both from autograd). For quadratic biases (ℓ2)
     one Newton step is exact and CG terminates in ≤ 2 iterations (the Hessian
     is I/η + k kᵀ ⊗ I); more steps serve non-quadratic biases.
+
+    ``steps: K``: the retention once, then K proximal steps, each anchored at the previous
+    one (the proximal point method; eq. 5.1 with f the implicit step).
     """
 
     kind: Literal["implicit"] = "implicit"
     lr: float = Field(1.0, gt=0.0, description="base step size; η_t = lr · β_t")
     newton_steps: int = Field(1, gt=0, description="outer Newton iterations (1 is exact for ℓ2)")
     cg_steps: int = Field(6, gt=0, description="conjugate-gradient iterations per Newton step")
+    steps: int = Field(1, ge=1, description=STEPS_DOC)
 
     def update(self, ctx: TokenContext, state: State) -> State:
         anchor = retain(ctx, state)
+        for _ in range(self.steps):
+            anchor = self._proximal_step(ctx, anchor)
+        return anchor
+
+    def _proximal_step(self, ctx: TokenContext, anchor: State) -> State:
+        """argmin_M ℓ(M) + 1/(2η)‖M − anchor‖² (+ R(M, anchor) for a proximal retention), by Newton–CG."""
 
         def objective(s: State) -> torch.Tensor:
             diff = _axpy(-1.0, anchor, s)

@@ -17,6 +17,7 @@ import torch
 from pydantic import Field
 
 from .memory import State, Axis
+from .optimizer import rows
 
 
 def _sq(state: State) -> list[torch.Tensor]:
@@ -62,6 +63,32 @@ class Proximal(Axis):
         return 0.5 * self.lam * sum((s - p).pow(2).sum() for s, p in zip(state, prev))
 
 
+class L1(Axis):
+    """Sparsity retention R = λ‖M − M_{t−1}‖₁ (thesis §2.4.3): each write changes few entries.
+
+    Not differentiable at M_{t−1}, so the gd optimizer takes it by its proximal map (one
+    proximal-gradient step, ISTA): with the gradient step M' = M_{t−1} − η_t ∇ℓ(M_{t−1}),
+
+        M_t = M_{t−1} + soft(−η_t ∇ℓ(M_{t−1}), η_t λ),   soft(x, τ) = x − clamp(x, −τ, τ)
+            = sign(x) · max(|x| − τ, 0)
+
+    so an entry of the update smaller than η_t λ is dropped and larger ones shrink by η_t λ.
+    λ = 0 is the gd step bit for bit (soft(x, 0) = x − 0).
+    """
+
+    kind: Literal["l1"] = "l1"
+    lam: float = Field(..., ge=0.0, description="strength λ ≥ 0 of the ℓ1 penalty on the change of the memory")
+
+    def penalty(self, state: State, prev: State, alpha, lr) -> torch.Tensor:
+        return self.lam * sum((s - p).abs().sum() for s, p in zip(state, prev))
+
+    def shrink(self, change: State, lr: torch.Tensor) -> State:
+        """The prox of η R on the change of the memory: soft(ΔM, η λ) per entry, ΔM = M − M_{t−1}.
+
+        lr: η_t, a scalar (or [K], one per key row of S)."""
+        return tuple(d - torch.clamp(d, -self.lam * rows(lr, d), self.lam * rows(lr, d)) for d in change)
+
+
 class KL(Axis):
     """KL retention for a normalised memory (each key row of S is a distribution
     over V). With ``GD`` this is one mirror-descent (exponentiated gradient) step:
@@ -83,4 +110,4 @@ class Window(Axis):
     size: int = Field(..., gt=0, description="number of most recent key-value pairs kept")
 
 
-Retention = NoRetention | L2Decay | Proximal | KL | Window
+Retention = NoRetention | L2Decay | Proximal | L1 | KL | Window

@@ -67,6 +67,9 @@ def derive_main(args: argparse.Namespace) -> int:
     print(f"axes:      memory={spec.memory.kind}  bias={spec.bias.kind}  retention={spec.retention.kind}  "
           f"optimizer={spec.optimizer.kind}")
     print(f"update:    {step.describe()}")
+    if spec.layer.normalize:
+        print("read-out:  o_t = M_t φ(q_t) / (Z_t φ(q_t) + 1e-10),  Z_t = Z_{t-1} + φ(k_t)ᵀ  (normalised, thesis "
+              "eqs. 2.31–2.36: Z_t is one more value column of the state)")
     print(f"class:     {step.cls}")
     print(f"forms:     {', '.join(forms)}  (auto = {available_forms(spec)[0]})")
     return 0

@@ -16,6 +16,7 @@ float32 and are compared at a float32 tolerance.
 """
 from __future__ import annotations
 
+import dataclasses
 import dis
 import importlib.util
 import types
@@ -27,7 +28,9 @@ import torch
 
 from assocmem.memories import L2Decay, NoRetention, window_of
 
-from .lower import family_name
+from .lower import family_name, family_of, steps_of, with_depth
+from .ops.normalized import normalized
+from .retype import float64_retyped
 from .spec import MixerSpec
 
 F32_ATOL = 1e-4  # float32-internal references: O(1)–O(10) values (Mamba2 Δ up to ~5), T ≤ 128
@@ -68,7 +71,7 @@ def _fla_naive(family: str) -> types.ModuleType | None:
     path = Path(list(spec.submodule_search_locations)[0]) / "ops" / family / "naive.py"
     if not path.exists():
         return None
-    mod_spec = importlib.util.spec_from_file_location(f"_assocmem_fla_naive_{family}", path)
+    mod_spec = importlib.util.spec_from_file_location(f"_assocmem_fla_naive_{family.replace('/', '_')}", path)
     module = importlib.util.module_from_spec(mod_spec)
     mod_spec.loader.exec_module(module)
     return module
@@ -153,8 +156,12 @@ def _mamba2_chunk_scan() -> Callable | None:
 def _fla_refs(spec: MixerSpec, family: str) -> list[ExternalRef]:
     r = spec.retention
     out: list[ExternalRef] = []
-    if family == "hebbian":
+    if family == "hebbian" and spec.layer.normalize:  # FLA's own normalised linear attention in place of the plain one
+        out += _fla_normalized(r) + [ref for ref in _fla_hebbian(r) if "linear_attn" not in ref.name]
+    elif family == "hebbian":
         out += _fla_hebbian(r)
+    elif family in ("dplr", "delta_rule_joint"):
+        out += _fla_dplr()
     elif family == "delta_rule":
         out += _fla_delta(r)
     elif family == "softmax_attention":
@@ -204,6 +211,60 @@ def _fla_hebbian(r) -> list[ExternalRef]:
     return out
 
 
+def _retyped(module: types.ModuleType, fn: Callable) -> Callable:
+    """``fn`` of ``module`` run in float64 for float64 inputs (its float32 casts renamed, retype.py)."""
+
+    def call(*args, **kwargs):
+        if args[0].dtype != torch.float64:
+            return fn(*args, **kwargs)
+        with float64_retyped(module):
+            return fn(*args, **kwargs)
+
+    return call
+
+
+def _fla_normalized(r) -> list[ExternalRef]:
+    """Normalised linear attention: FLA's naive recurrence with normalize=True, state (S, Σ k)."""
+    mod = _fla_naive("linear_attn") if isinstance(r, NoRetention) else None
+    if mod is None:
+        return []
+    ref = _retyped(mod, mod.naive_recurrent_linear_attn)
+
+    def nla(q, k, v, *, beta=None, scale=None, initial_state=None, output_final_state=False):
+        if beta is not None:  # FLA's normaliser sums unweighted keys
+            raise ValueError("naive_recurrent_linear_attn(normalize=True) has no write strength beta")
+        init = None
+        if initial_state is not None:  # our [S, z] -> FLA's (S [B, H, K, V], z [B, 1, H, K])
+            init = (initial_state[..., :-1], initial_state[..., -1].unsqueeze(1))
+        o, S = ref(q, k, v, scale=scale, initial_state=init, output_final_state=True, normalize=True)
+        S = torch.cat((S[0], S[1].squeeze(1).unsqueeze(-1)), dim=-1)  # (B, H, K, V + 1)
+        return o, (S if output_final_state else None)
+
+    return [ExternalRef("fla:linear_attn/naive_recurrent_linear_attn(normalize=True)", nla, F64_ATOL, True)]
+
+
+def _fla_dplr() -> list[ExternalRef]:
+    """RWKV-7's transition through FLA's generalized delta rule (dplr): S_t = S diag(e^{gk}) + b (aᵀ S)
+    + k vᵀ in our [K, V] layout, with a = −κ, b = β ⊙ κ, k_FLA = β ⊙ k, fixed scale K**-0.5."""
+    mod = _fla_naive("generalized_delta_rule/dplr")
+    if mod is None:
+        return []
+    ref = _retyped(mod, mod.dplr_recurrence)
+
+    def dplr(q, k, v, *, removal_key=None, log_alpha=None, beta=None, scale=None, initial_state=None,
+             output_final_state=False):
+        B, T, H, K = q.shape
+        full = lambda x, fill: (q.new_full((B, T, H, K), fill) if x is None  # noqa: E731
+                                else x if x.dim() == 4 else x[..., None].expand(B, T, H, K))
+        kappa, beta, gk = (k if removal_key is None else removal_key), full(beta, 1.0), full(log_alpha, 0.0)
+        t = lambda x: x.transpose(1, 2)  # noqa: E731  (B, T, H, D) <-> (B, H, T, D)
+        o, S = ref(t(_rescale_q(q, scale)), t(beta * k), t(v), t(-kappa), t(beta * kappa), t(gk),
+                   initial_state=initial_state, output_final_state=True)
+        return t(o), (S if output_final_state else None)
+
+    return [ExternalRef("fla:generalized_delta_rule/dplr/dplr_recurrence", dplr, F64_ATOL, True)]
+
+
 def _fla_delta(r) -> list[ExternalRef]:
     out = []
     if isinstance(r, NoRetention) and (dmod := _fla_naive("delta_rule")) is not None:
@@ -234,15 +295,27 @@ def _fla_delta(r) -> list[ExternalRef]:
 
 
 def external_references(spec: MixerSpec) -> list[ExternalRef]:
-    """Every installed external reference that computes ``spec``'s recurrence."""
+    """Every installed external reference that computes ``spec``'s recurrence.
+
+    Recurrent depth K > 1: the references of the row run with the single-step β of K steps
+    (lower.py's depth column), so they check the K-step derivation through ops written by others.
+    A normalised read-out wraps every reference but FLA's own normalize=True (ops/normalized.py)."""
     refs: list[ExternalRef] = []
     family = family_name(spec)  # the row of the class table (lower.py)
+    K = steps_of(spec)
     if family == "delta_rule":
         for kind in ("chunk", "recurrent"):
             if (fn := _qwen3_next(kind)) is not None:
                 atol = F32_ATOL if _casts_with_float(fn.reference) else F64_ATOL
                 refs.append(ExternalRef(f"transformers:qwen3_next.torch_{kind}_gated_delta_rule", fn, atol, True))
-    if family == "hebbian" and spec.layer.lr_gate == "dt" and (fn := _mamba2_chunk_scan()) is not None:
+    if family == "hebbian" and spec.layer.lr_gate == "dt" and K == 1 and (fn := _mamba2_chunk_scan()) is not None:
         # it takes (Δ, A) where we take (β, log α = β·A): gradients are comparable for q, k, v only
         refs.append(ExternalRef("transformers:mamba2.mamba2_chunk_scan", fn, F32_ATOL, True, ("q", "k", "v")))
-    return refs + _fla_refs(spec, family)
+    refs += _fla_refs(spec, family)
+    if K > 1:
+        refs = [dataclasses.replace(r, name=f"{r.name} (β_eff of {K} steps)",
+                                    fn=with_depth(r.fn, family_of(spec).depth.beta, K)) for r in refs]
+    if spec.layer.normalize:
+        refs = [r if "normalize=True" in r.name else dataclasses.replace(r, name=f"{r.name} (normalised)",
+                                                                          fn=normalized(r.fn)) for r in refs]
+    return refs

@@ -16,13 +16,17 @@ The generic recurrent ``Mixer`` (FLA/GDN-style layer around the spec's op):
                                                           (Hqk = layer.num_qk_heads, default H; each q/k
                                                           head serves H / Hqk consecutive value heads)
     2. short causal depthwise conv + SiLU on (q, k, v)   (conv buffer carried in the state)
-    3. q, k = φ(q), φ(k); optional L2 norm per head      (layer.feature_map, layer.qk_norm:
+    3. q, k = φ(q), φ(k); optional L2 norm per head      (layer.feature_map (mixers/feature_maps.py: K → K_φ,
+                                                           2K for hedgehog), layer.qk_norm:
                                                            x·rsqrt(‖x‖² + 1e-6), as FLA and transformers)
     4. gates from x:  log α (retention L2Decay), β (layer.lr_gate)
          scalar: log α = −exp(A_log)·softplus(x W_a + dt_bias)     key: log α = logsigmoid(x W_a)/16
          fixed:  log α_h = log(1 − 2^(−5−h))                        dt: Δ = softplus(x W_dt + dt_bias),
-         sigmoid: β = σ(x W_b)                                           log α = −exp(A_log)·Δ, β = Δ
-    5. o, S = lower(spec, form).fn(q, k, v, log_alpha, beta, scale, initial_state=S)
+         sigmoid: β = σ(x W_b) ([B, T, H, K_φ] with                      log α = −exp(A_log)·Δ, β = Δ
+                  optimizer rate='key')
+       removal key (remove_replace bias, RWKV-7): κ = L2norm(k ⊙ ξ), ξ [H·K_φ] learned, 1 at init
+    5. o, S = lower(spec, form).fn(q, k, v, log_alpha, beta, [removal_key,] scale, initial_state=S)
+       (layer.normalize: the op runs on [v, 1] and o = num / (den + 1e-10), ops/normalized.py)
     6. o += D·v (layer.d_skip); o = RMSNorm_head(o) [· SiLU(x W_g)]; y = o W_o
 
 Decoding: a call with a state and T == 1 is a decode step and runs the class's
@@ -38,21 +42,15 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from assocmem.memories import L2Decay, Momentum, NonParametric, Spectral, window_of
+from assocmem.memories import GD, L2Decay, Momentum, NonParametric, RemoveReplace, Spectral, window_of
 
 from .attention import Attention
 from .conv import ShortConv
+from .feature_maps import build_feature_map, feature_width
 from .lower import lower
 from .norm import rms_norm
 from .sca import SCALayer
 from .spec import MixerSpec
-
-FEATURE_MAPS = {
-    "identity": lambda t: t,
-    "silu": F.silu,
-    "elu_plus_one": lambda t: F.elu(t) + 1.0,
-    "relu": F.relu,
-}
 
 
 def l2_normalize(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -65,7 +63,7 @@ def l2_normalize(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
 class MixerState(NamedTuple):
     """Decode state of a recurrent Mixer: the op's memory state and the conv buffer (or None)."""
 
-    memory: Any  # [B, H, K, V] or a tuple of tensors (MLP / momentum memories)
+    memory: Any  # [B, H, K_φ, V (+1 if normalised)] or a tuple of tensors (MLP / momentum memories)
     conv: torch.Tensor | None  # [B, conv_size − 1, 2·Hqk·K + H·V]
 
 
@@ -131,9 +129,13 @@ class Mixer(nn.Module):
         o = spec.layer
         self.spec, self.layer_idx = spec, layer_idx
         self.H, self.Hqk, self.K, self.V = o.num_heads, o.qk_heads, o.head_dim, o.value_dim
+        self.K_phi = feature_width(o.feature_map, self.K)  # key width of the memory
         self.form = lower(spec, form)
         self.step_form = lower(spec, "recurrent")
-        self.feature_map = FEATURE_MAPS[o.feature_map]
+        self.phi_q = build_feature_map(o.feature_map, self.Hqk, self.K)
+        self.phi_k = build_feature_map(o.feature_map, self.Hqk, self.K)
+        # RWKV-7's removal key κ = L2norm(k ⊙ ξ) (remove_replace bias); ξ = 1 makes κ the normalised k
+        self.removal = nn.Parameter(torch.ones(self.H * self.K_phi)) if isinstance(spec.bias, RemoveReplace) else None
         width = 2 * self.Hqk * self.K + self.H * self.V
         self.qkv_proj = nn.Linear(d_model, width, bias=False)
         self.conv = ShortConv(width, o.conv_size) if o.short_conv else None
@@ -153,9 +155,10 @@ class Mixer(nn.Module):
             self.A_log = nn.Parameter(torch.empty(H))
             self.dt_bias = nn.Parameter(torch.empty(H))
         elif self.decay == "key":
-            self.a_proj = nn.Linear(d_model, H * self.K, bias=False)
+            self.a_proj = nn.Linear(d_model, H * self.K_phi, bias=False)
+        self.rate_per_key = isinstance(spec.optimizer, GD) and spec.optimizer.rate == "key"
         if o.lr_gate == "sigmoid":
-            self.b_proj = nn.Linear(d_model, H, bias=False)
+            self.b_proj = nn.Linear(d_model, H * self.K_phi if self.rate_per_key else H, bias=False)
         self.reset_gates()
 
     def reset_gates(self) -> None:
@@ -168,7 +171,8 @@ class Mixer(nn.Module):
             self.dt_bias.copy_(dt + torch.log(-torch.expm1(-dt)))
 
     def gates(self, x: torch.Tensor) -> dict[str, torch.Tensor | None]:
-        """log_alpha ([B, T, H] or [B, T, H, K]) and beta [B, T, H] from x [B, T, d_model].
+        """log_alpha ([B, T, H] or [B, T, H, K_φ]) and beta ([B, T, H], or [B, T, H, K_φ] with a per-key
+        rate) from x [B, T, d_model].
 
         The decay is computed in float32 at least (float64 stays float64), from the projection
         taken in the input dtype, as transformers' Qwen3-Next and Mamba2 layers do: in bf16/fp16,
@@ -182,18 +186,19 @@ class Mixer(nn.Module):
         elif self.decay == "scalar":
             log_alpha = -torch.exp(self.A_log.to(gd)) * F.softplus(self.a_proj(x).to(gd) + self.dt_bias.to(gd))
         elif self.decay == "key":
-            log_alpha = F.logsigmoid(self.a_proj(x).to(gd)).view(B, T, self.H, self.K) / 16.0
+            log_alpha = F.logsigmoid(self.a_proj(x).to(gd)).view(B, T, self.H, self.K_phi) / 16.0
         elif self.decay == "fixed":
             h = torch.arange(self.H, device=x.device, dtype=gd)
             log_alpha = torch.log1p(-torch.exp2(-5.0 - h)).expand(B, T, self.H)
         if self.b_proj is not None:
             beta = torch.sigmoid(self.b_proj(x))
+            beta = beta.view(B, T, self.H, self.K_phi) if self.rate_per_key else beta
         return {"log_alpha": log_alpha, "beta": beta}
 
     # ------------------------------------------------------------ state
     def state_size(self) -> int:
-        """Floats held per sequence: the memory (twice with momentum) and the conv buffer."""
-        per_head = self.spec.memory.state_floats(self.K, self.V)
+        """Floats held per sequence: the memory (twice with momentum; + Z_t when normalised) and the conv buffer."""
+        per_head = self.spec.memory.state_floats(self.K_phi, self.V + int(self.spec.layer.normalize))
         if isinstance(self.spec.optimizer, Momentum):
             per_head *= 2
         conv = 0 if self.conv is None else (self.conv.size - 1) * self.conv.channels
@@ -215,17 +220,20 @@ class Mixer(nn.Module):
         if self.conv is not None:
             qkv, conv_state = self.conv(qkv, None if state is None else state.conv)
         q, k, v = qkv.split([self.Hqk * self.K, self.Hqk * self.K, self.H * self.V], dim=-1)
-        q = self.feature_map(q.view(B, T, self.Hqk, self.K))
-        k = self.feature_map(k.view(B, T, self.Hqk, self.K))
+        q = self.phi_q(q.view(B, T, self.Hqk, self.K))  # [B, T, Hqk, K_φ]
+        k = self.phi_k(k.view(B, T, self.Hqk, self.K))
         v = v.view(B, T, self.H, self.V)
         if self.spec.layer.qk_norm == "l2":
             q, k = l2_normalize(q), l2_normalize(k)
         if self.Hqk != self.H:  # each q/k head serves H / Hqk consecutive value heads
-            q, k = (t.repeat_interleave(self.H // self.Hqk, dim=2) for t in (q, k))  # [B, T, H, K]
+            q, k = (t.repeat_interleave(self.H // self.Hqk, dim=2) for t in (q, k))  # [B, T, H, K_φ]
+        gates = self.gates(x)
+        if self.removal is not None:  # κ = L2norm(k ⊙ ξ)
+            gates["removal_key"] = l2_normalize(k * self.removal.view(self.H, self.K_phi).to(k.dtype))
         step = state is not None and T == 1
         fn = self.step_form.fn if step else self.form.fn
         chunk = {"chunk_size": self.spec.layer.chunk_size} if self.form.name == "chunk" and not step else {}
-        o, memory = fn(q, k, v, **self.gates(x), scale=self.spec.layer.scale, **chunk,
+        o, memory = fn(q, k, v, **gates, scale=self.spec.layer.scale, **chunk,
                        initial_state=None if state is None else state.memory, output_final_state=return_state)
         y = self.o_proj(self._output(o, v, x).reshape(B, T, self.H * self.V))
         return y, (MixerState(memory, conv_state) if return_state else None)

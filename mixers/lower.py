@@ -6,12 +6,13 @@ the default chunk size and whether the optimizer's base lr scales the step. The 
 is read off the spec's axes by ``algebra_class`` (memories/algebra.py), never guessed
 numerically and never switched by sequence length or environment.
 
-    class          family              forms (first = auto)                      ops
-    hebbian        hebbian             chunk, recurrent                          ops/hebbian.py
-    delta          delta_rule          chunk, recurrent                          ops/delta.py
-                   longhorn            chunk, recurrent  (implicit optimizer)    ops/delta.py
-                   kda                 chunk, recurrent  (per-key decay)         ops/delta.py
-    diag_rank1     delta_rule_joint    chunk, recurrent                          ops/delta.py
+    class          family              forms (first = auto)                      ops             K steps
+    hebbian        hebbian             chunk, recurrent                          ops/hebbian.py  K·β
+    delta          delta_rule          chunk, recurrent                          ops/delta.py    β_eff (GD)
+                   longhorn            chunk, recurrent  (implicit optimizer)    ops/delta.py    β' (proximal)
+                   kda                 chunk, recurrent  (per-key decay)         ops/delta.py    β_eff (GD)
+    diag_rank1     delta_rule_joint    chunk, recurrent                          ops/delta.py    (class scan)
+    dplr           dplr                chunk, recurrent                          ops/dplr.py     (class scan)
     spectral       spectral            prefix_sum, masked_matmul, recurrent      ops/spectral.py
     nonparametric  softmax_attention   sdpa, recurrent                           ops/attention.py
     scan           scan                scan, recurrent, chunk_approx (opt-in)    derive() / ops/chunk_approx.py
@@ -21,6 +22,12 @@ uncompiled; its published rule, where one exists, is in references.py). Every fo
 class has the op contract of the class (ARCHITECTURE.md, "Functional op contract").
 A new family is one ops file, one row here and, if its class is new, one branch of
 ``family_of``.
+
+Recurrent depth (``steps: K`` on the optimizer, thesis eq. 5.1) is the ``depth`` column: where
+K steps equal one step with another β (ops/depth.py), every form of the row runs with that β
+and the hand-written form is the unrolled K-step loop; the other classes take K steps in the
+derived scan. A normalised read-out (``layer.normalize``, eqs. 2.31–2.36) wraps every form of a
+hebbian spec (``readout``, ops/normalized.py).
 """
 from __future__ import annotations
 
@@ -31,8 +38,9 @@ from typing import Callable
 from assocmem.memories import Implicit, L2Decay, derive, window_of
 from assocmem.memories.derive import RecurrentStep
 
-from .ops import attention, delta, delta_chunk, hebbian, spectral
+from .ops import attention, delta, delta_chunk, depth, dplr, hebbian, spectral
 from .ops.chunk_approx import chunk_approx_scan
+from .ops.normalized import normalized
 from .references import online_rule
 from .spec import MixerSpec
 
@@ -45,6 +53,18 @@ def _derived_step(spec: MixerSpec, compile: bool) -> Callable:
 
 
 @dataclass(frozen=True)
+class Depth:
+    """K steps per token as one step of the row's ops (ops/depth.py).
+
+    beta: (k [B, T, H, K], β [B, T, H] or None, K) -> the single-step β [B, T, H];
+    unrolled: the hand-written K-step recurrence (op contract plus ``steps``), named ``name``."""
+
+    beta: Callable
+    unrolled: Callable
+    name: str
+
+
+@dataclass(frozen=True)
 class Family:
     """One row of the class table: the ops of a family of published mixers.
 
@@ -54,6 +74,7 @@ class Family:
     p_t) or "none". bind: the keywords a spec fixes in every op (window, den_floor). lr: the
     optimizer's base lr scales β (``with_lr``). other_order: the family whose recurrence
     composes retention and step in the other order, and what it is (verify shows they differ).
+    depth: K steps per token as one step (``Depth``), or None (K > 1 is class scan).
     """
 
     cls: str
@@ -64,6 +85,7 @@ class Family:
     lr: bool = False
     bind: Callable[[MixerSpec], dict] = field(default=lambda spec: {})
     other_order: tuple[str, str] | None = None
+    depth: Depth | None = None
 
     @property
     def forms(self) -> tuple[str, ...]:
@@ -79,25 +101,32 @@ def _den_floor(spec: MixerSpec) -> dict:
 
 
 _DELTA = dict(cls="delta", beta="step", lr=True, default_chunk=delta_chunk.default_chunk_size)
+_GD_DEPTH = Depth(depth.gd_beta, depth.recurrent_delta_steps, "recurrent_delta_steps")
 
 FAMILIES: dict[str, Family] = {
     "hebbian": Family(
         cls="hebbian", beta="write", lr=True, default_chunk=hebbian.default_chunk_size,
         ops={"chunk": hebbian.chunk_hebbian, "recurrent": hebbian.recurrent_hebbian},
-        hand_written="recurrent_hebbian"),
+        hand_written="recurrent_hebbian", depth=Depth(depth.hebbian_beta, depth.recurrent_hebbian_steps, "recurrent_hebbian_steps")),
     "delta_rule": Family(
         **_DELTA, ops={"chunk": delta.chunk_delta_rule, "recurrent": delta.recurrent_delta_rule},
-        hand_written="recurrent_delta_rule", other_order=("delta_rule_joint", "one joint GD step; must differ")),
+        hand_written="recurrent_delta_rule", other_order=("delta_rule_joint", "one joint GD step; must differ"),
+        depth=_GD_DEPTH),
     "longhorn": Family(
         **_DELTA, ops={"chunk": delta.chunk_longhorn, "recurrent": delta.recurrent_longhorn},
-        hand_written="recurrent_longhorn"),
+        hand_written="recurrent_longhorn",
+        depth=Depth(depth.implicit_beta, functools.partial(depth.recurrent_delta_steps, implicit=True),
+                    "recurrent_delta_steps(implicit)")),
     "kda": Family(
         **_DELTA, ops={"chunk": delta.chunk_kda, "recurrent": delta.recurrent_kda},
-        hand_written="recurrent_kda"),
+        hand_written="recurrent_kda", depth=_GD_DEPTH),
     "delta_rule_joint": Family(
         **{**_DELTA, "cls": "diag_rank1"},
         ops={"chunk": delta.chunk_delta_rule_joint, "recurrent": delta.recurrent_delta_rule_joint},
         hand_written="recurrent_delta_rule_joint", other_order=("delta_rule", "published Gated DeltaNet; must differ")),
+    "dplr": Family(
+        **{**_DELTA, "cls": "dplr"}, ops={"chunk": dplr.chunk_dplr, "recurrent": dplr.recurrent_dplr},
+        hand_written="recurrent_dplr"),
     "spectral": Family(
         cls="spectral", beta="weight", bind=_den_floor,
         ops={"prefix_sum": spectral.prefix_sum_spectral, "masked_matmul": spectral.masked_matmul_spectral,
@@ -173,15 +202,47 @@ def hand_written(spec: MixerSpec) -> tuple[str, Callable] | None:
     fam = family_of(spec)
     if fam.hand_written is None:
         found = online_rule(spec)
-        return None if found is None else (found[0], with_lr(found[1], _base_lr(spec)))
+        return None if found is None else (found[0], readout(spec, with_lr(found[1], _base_lr(spec))))
+    K = steps_of(spec)
+    if K > 1:  # the unrolled K-step loop, written by hand (the row's ops take the single-step β)
+        unrolled = functools.partial(fam.depth.unrolled, steps=K)
+        name = fam.depth.name.replace(")", f", steps={K})") if "(" in fam.depth.name else f"{fam.depth.name}(steps={K})"
+        return name, readout(spec, with_lr(unrolled, _base_lr(spec)))
     return fam.hand_written, _bound(spec, fam, fam.ops["recurrent"])
+
+
+def steps_of(spec: MixerSpec) -> int:
+    """Recurrent depth K of the spec's optimizer (1 for optimizers without steps)."""
+    return getattr(spec.optimizer, "steps", 1)
+
+
+def derived(spec: MixerSpec) -> Callable:
+    """The ground truth of ``spec``: ``derive(spec)`` with the layer's read-out (``readout``)."""
+    return readout(spec, derive(spec))
+
+
+def readout(spec: MixerSpec, fn: Callable) -> Callable:
+    """``fn`` with the normalised read-out of ``layer.normalize`` (ops/normalized.py), else ``fn``."""
+    return normalized(fn) if spec.layer.normalize else fn
 
 
 def _bound(spec: MixerSpec, fam: Family, op: Callable) -> Callable:
     if fam.cls == "scan":
-        return op(spec)
+        return readout(spec, op(spec))
     fn = functools.partial(op, **fam.bind(spec)) if fam.bind(spec) else op
-    return with_lr(fn, _base_lr(spec)) if fam.lr else fn
+    if steps_of(spec) > 1:
+        fn = with_depth(fn, fam.depth.beta, steps_of(spec))
+    return readout(spec, with_lr(fn, _base_lr(spec)) if fam.lr else fn)
+
+
+def with_depth(fn: Callable, beta_of: Callable, steps: int) -> Callable:
+    """``fn`` (one step) run with the β of ``steps`` steps: beta_of(k, β, steps) (ops/depth.py)."""
+
+    @functools.wraps(fn)
+    def deep(q, k, v, *, beta=None, **kw):
+        return fn(q, k, v, beta=beta_of(k, beta, steps), **kw)
+
+    return deep
 
 
 def _base_lr(spec: MixerSpec) -> float:

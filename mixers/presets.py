@@ -9,8 +9,8 @@ Short aliases ("attn", "gdn", "swa", ...) resolve to preset names for layer patt
 from __future__ import annotations
 
 from assocmem.memories import (
-    GD, L2, CharacteristicFunction, ClosedForm, DotProduct, Huber, Implicit, L2Decay, Lp, Matrix,
-    Momentum, NadarayaWatson, NonParametric, NoRetention, RetainThenGD, Spectral, Window,
+    GD, L1, L2, CharacteristicFunction, ClosedForm, DotProduct, Huber, Implicit, L2Decay, Lp, Matrix,
+    Momentum, NadarayaWatson, NonParametric, NoRetention, RemoveReplace, RetainThenGD, Spectral, Window,
 )
 
 from .spec import LayerOptions, MixerSpec
@@ -82,5 +82,27 @@ for _spec in [
               optimizer=RetainThenGD(), layer=LayerOptions(**_DELTA_LAYER)),
     MixerSpec(name="ttt_linear", memory=Matrix(norm="layernorm_residual"), bias=L2(), retention=NoRetention(),
               optimizer=GD(), layer=LayerOptions(lr_gate="sigmoid", output_norm="rmsnorm")),
+    # Recurrent depth (thesis §5.2, eq. 5.1): three GD steps on ℓ2 per token after the decay; exactly one
+    # delta step with β_eff = (1 − (1 − β‖k‖²)³)/‖k‖² (ops/depth.py), so it runs the delta chunk form
+    MixerSpec(name="gated_deltanet_steps3", memory=Matrix(), bias=L2(), retention=L2Decay(gate="scalar"),
+              optimizer=RetainThenGD(steps=3), layer=LayerOptions(**_DELTA_LAYER)),
+    # ... and with the Huber bias, where three steps are not one: the non-quadratic bias gains from depth (scan)
+    MixerSpec(name="huber_delta_steps3", memory=Matrix(), bias=Huber(delta=1.0), retention=L2Decay(gate="scalar"),
+              optimizer=RetainThenGD(steps=3), layer=LayerOptions(**_DELTA_LAYER)),
+    # RWKV-7 as thesis Table 2.1 writes it: M_t = (diag(α_t) − β_t k_t k_tᵀ) M_{t−1} + β_t v_t k_tᵀ, the joint
+    # GD step with per-key decay (class diag_rank1: the per-key delta chunk form)
+    MixerSpec(name="rwkv7", memory=Matrix(), bias=L2(), retention=L2Decay(gate="key"),
+              optimizer=GD(), layer=LayerOptions(**_DELTA_LAYER)),
+    # RWKV-7 with its vector in-context rate a_t and separate removal key κ_t (Peng et al. 2025):
+    # S_t = (diag(α_t) − (a_t ⊙ κ_t) κ_tᵀ) S_{t−1} + (a_t ⊙ k_t) v_tᵀ (class dplr, ops/dplr.py)
+    MixerSpec(name="rwkv7_dplr", memory=Matrix(), bias=RemoveReplace(), retention=L2Decay(gate="key"),
+              optimizer=GD(rate="key"), layer=LayerOptions(**_DELTA_LAYER)),
+    # Normalised linear attention with Hedgehog's learnable feature map (thesis eqs. 2.31–2.36; Zhang et al.
+    # 2024): the linear-attention student of attention distillation (no conv, no output norm)
+    MixerSpec(name="hedgehog", memory=Matrix(), bias=DotProduct(), retention=NoRetention(), optimizer=GD(),
+              layer=LayerOptions(feature_map="hedgehog", normalize=True, short_conv=False, output_norm="none")),
+    # ℓ1 retention (thesis §2.4.3): one proximal-gradient step on ℓ2 + λ‖M − M_{t−1}‖₁ (sparse updates)
+    MixerSpec(name="l1_deltanet", memory=Matrix(), bias=L2(), retention=L1(lam=0.01), optimizer=GD(),
+              layer=LayerOptions(**_DELTA_LAYER)),
 ]:
     register_preset(_spec)

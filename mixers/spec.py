@@ -19,16 +19,17 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from assocmem.memories import (
-    GD, L2, MLP, CharacteristicFunction, ClosedForm, Diagonal, DotProduct, Huber, Implicit, KL, L2Decay,
-    Lp, Matrix, Momentum, NadarayaWatson, NonParametric, NoRetention, Proximal, RetainThenGD, Spectral,
-    Window, algebra_class, check_axes,
+    GD, L1, L2, MLP, CharacteristicFunction, ClosedForm, Diagonal, DotProduct, Huber, Implicit, KL, L2Decay,
+    Lp, Matrix, Momentum, NadarayaWatson, NonParametric, NoRetention, Proximal, RemoveReplace, RetainThenGD,
+    Spectral, Window, algebra_class, check_axes, sums_keys,
 )
 
 MemoryField = Annotated[Matrix | Diagonal | MLP | NonParametric | Spectral, Field(discriminator="kind")]
 BiasField = Annotated[
-    DotProduct | L2 | Lp | Huber | NadarayaWatson | CharacteristicFunction, Field(discriminator="kind")
+    DotProduct | L2 | RemoveReplace | Lp | Huber | NadarayaWatson | CharacteristicFunction,
+    Field(discriminator="kind")
 ]
-RetentionField = Annotated[NoRetention | L2Decay | Proximal | KL | Window, Field(discriminator="kind")]
+RetentionField = Annotated[NoRetention | L2Decay | Proximal | L1 | KL | Window, Field(discriminator="kind")]
 OptimizerField = Annotated[GD | RetainThenGD | Implicit | Momentum | ClosedForm, Field(discriminator="kind")]
 
 
@@ -115,9 +116,14 @@ class LayerOptions(BaseModel):
     norm_eps: float = Field(1e-6, gt=0, description="epsilon of the output RMSNorm (recurrent mixers) and of the "
                             "QK-norm (attention)")
     # the recurrent Mixer (every parametric memory)
-    feature_map: Literal["identity", "silu", "elu_plus_one", "relu"] = Field(
+    feature_map: Literal["identity", "silu", "elu_plus_one", "relu", "hedgehog"] = Field(
         "identity", description="feature map φ applied to q and k after the short conv (whose output already "
-        "passed a SiLU: the published delta-rule layers use identity here)")
+        "passed a SiLU: the published delta-rule layers use identity here); 'hedgehog': the learnable "
+        "φ(x) = [softmax(x W), softmax(−x W)] per head (Zhang et al. 2024; W: K×K, identity at init), so the "
+        "memory's key width is 2·head_dim (mixers/feature_maps.py)")
+    normalize: bool = Field(
+        False, description="normalised linear attention (thesis eqs. 2.31–2.36): o = M_t φ(q) / (Z_t φ(q) + 1e-10), "
+        "Z_t the Hebbian sum of the keys, kept as one more value column of the state; hebbian specs only")
     qk_norm: Literal["none", "l2"] = Field("none", description="'l2': unit-norm q and k per head (delta rule)")
     short_conv: bool = Field(True, description="causal depthwise conv on q, k, v (+SiLU), carried in the decode state")
     chunk_size: int | None = Field(
@@ -195,6 +201,15 @@ class MixerSpec(BaseModel):
                              f"got {self.layer.expand_v}")
         if self.layer.lr_gate == "dt" and not (isinstance(self.retention, L2Decay) and self.retention.gate == "scalar"):
             raise ValueError("layer.lr_gate='dt' (Mamba2's shared Δ) needs retention l2_decay with gate='scalar'")
+        if self.layer.lr_gate == "dt" and getattr(self.optimizer, "rate", "scalar") == "key":
+            raise ValueError("layer.lr_gate='dt' gives one Δ per head; optimizer.rate='key' needs lr_gate "
+                             "'sigmoid' (one rate per key) or 'none'")
+        if self.layer.normalize and not sums_keys(self):
+            raise ValueError(
+                f"layer.normalize=True (the normaliser Z_t of thesis eqs. 2.31–2.36) needs a hebbian spec: bias "
+                f"dot_product, retention none or l2_decay, optimizer gd or retain_then_gd (Z_t sums the keys as "
+                f"M_t sums v kᵀ); this spec is class {self.algebra!r} (bias {self.bias.kind!r}, optimizer "
+                f"{self.optimizer.kind!r})")
         return self
 
     @property

@@ -1,10 +1,12 @@
 """verify(spec): every implementation of a spec against its derivation.
 
 On random float64 inputs consistent with the spec's layer options (unit-norm
-keys for the delta rule, Mamba2's shared Δ, RetNet's fixed γ, ...), compare
-the derived recurrence (the ground truth) with
+keys for the delta rule, Mamba2's shared Δ, RetNet's fixed γ, positive
+features for a normalised read-out, ...), compare the derived recurrence (the
+ground truth) with
 
-  1. the hand-written recurrence of the published rule, where one exists;
+  1. the hand-written recurrence of the published rule, where one exists (with
+     recurrent depth K > 1: the hand-written unrolled K-step loop);
   2. every exact lowered form (chunk, prefix sum, SDPA, compiled scan);
   3. the external references of REFERENCES.md §2 that are installed;
 
@@ -19,10 +21,11 @@ from typing import Callable
 
 import torch
 
-from assocmem.memories import L2Decay, Momentum, NonParametric, Spectral, derive
+from assocmem.memories import L2Decay, Momentum, NonParametric, Spectral
+from assocmem.memories.checks import gate_needs
 
 from .external import external_references
-from .lower import APPROXIMATE, FAMILIES, available_forms, family_of, hand_written, lower
+from .lower import APPROXIMATE, FAMILIES, available_forms, derived, family_of, hand_written, lower
 from .spec import MixerSpec
 
 EXACT_ATOL = 1e-10  # float64, derived vs hand-written / lowered forms
@@ -65,7 +68,11 @@ def make_case(spec: MixerSpec, *, B=2, T=33, H=2, K=8, V=6, dtype=torch.float64,
     q, k, v = rnd(B, T, H, K), rnd(B, T, H, K), rnd(B, T, H, V)
     if spec.layer.qk_norm == "l2":
         q, k = torch.nn.functional.normalize(q, dim=-1), torch.nn.functional.normalize(k, dim=-1)
+    if spec.layer.normalize:  # positive features (φ = 1 + elu), so the denominator Z_t φ(q) stays away from 0
+        q, k = torch.nn.functional.elu(q) + 1, torch.nn.functional.elu(k) + 1
     tensors = dict(q=q, k=k, v=v, **_gates(spec, rnd, B, T, H, K))
+    if gate_needs(spec).removal_key:
+        tensors["removal_key"] = torch.nn.functional.normalize(rnd(B, T, H, K), dim=-1)
     init = _matrix_state(spec, rnd, B, H, K, V) if with_state else None
     if isinstance(spec.memory, NonParametric) and with_state:
         init = (rnd(B, H, 3, K), rnd(B, H, 3, V))
@@ -82,7 +89,7 @@ def _gates(spec, rnd, B, T, H, K) -> dict[str, torch.Tensor]:
         A = -torch.exp(0.5 * rnd(H))
         return dict(beta=dt, log_alpha=dt * A)
     if lay.lr_gate == "sigmoid" or family_of(spec).beta == "step":  # a step size is always drawn
-        out["beta"] = torch.sigmoid(rnd(B, T, H))
+        out["beta"] = torch.sigmoid(rnd(B, T, H, K) if gate_needs(spec).beta_key else rnd(B, T, H))
         if spec.bias.kind == "lp":  # ∇ ∝ |e|^{p−1}: keep the step in the stable (non-divergent) regime
             out["beta"] = 0.2 * out["beta"]
     if isinstance(r, L2Decay):
@@ -102,6 +109,8 @@ def _matrix_state(spec, rnd, B, H, K, V):
     if isinstance(spec.memory, NonParametric):
         return None
     S = 0.1 * rnd(B, H, K, V)
+    if spec.layer.normalize:  # [S, z]: z = Z_0ᵀ, a positive sum of keys
+        S = torch.cat((S, 1 + rnd(B, H, K, 1).abs()), dim=-1)
     if spec.memory.kind == "diagonal":
         S = 0.1 * rnd(B, H, V)
     if spec.memory.kind == "mlp":
@@ -199,7 +208,7 @@ def verify(spec: MixerSpec | str, *, T: int = 70, B: int = 2, H: int = 2, K: int
 
     spec = get_preset(spec) if isinstance(spec, str) else spec
     label = spec.name or "custom"
-    step = derive(spec)
+    step = derived(spec)
     cases = {s: make_case(spec, B=B, T=T, H=H, K=K, V=V, seed=seed, with_state=s) for s in (True, False)}
     truth = {s: run(step, c) for s, c in cases.items()}
     results = []

@@ -152,10 +152,10 @@ def spec_causality(spec, *, form: str = "auto", seq_len: int = 19, atol: float =
                    chunk_size: int | None = 8) -> CausalityReport:
     """(a) on the lowered op of a MixerSpec (or preset name), random float64 inputs consistent
     with the spec (``mixers.verify.make_case``), nonzero initial state; form "derived" checks
-    ``derive(spec)`` itself. chunk_size is passed to chunk forms (small, so T spans chunks)."""
-    from assocmem.memories import derive
+    ``derive(spec)`` itself (with the layer's read-out, ``mixers.lower.derived``). chunk_size is passed
+    to chunk forms (small, so T spans chunks)."""
     from assocmem.mixers import get_preset
-    from assocmem.mixers.lower import lower
+    from assocmem.mixers.lower import derived, lower
     from assocmem.mixers.verify import make_case
 
     spec = get_preset(spec) if isinstance(spec, str) else spec
@@ -164,7 +164,7 @@ def spec_causality(spec, *, form: str = "auto", seq_len: int = 19, atol: float =
     constants = {n: t.detach() for n, t in case.tensors.items() if n not in TIME_INDEXED_OP_INPUTS}
     constants.update(scale=case.scale, initial_state=case.initial_state)
     if form == "derived":
-        fn, name = derive(spec), "derived"
+        fn, name = derived(spec), "derived"
     else:
         lowered = lower(spec, form)
         fn, name = lowered.fn, lowered.name

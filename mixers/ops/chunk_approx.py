@@ -17,15 +17,22 @@ from __future__ import annotations
 import torch
 from torch.func import grad, vmap
 
-from assocmem.memories import GD, KL, Momentum, RetainThenGD
+from assocmem.memories import GD, KL, L1, Momentum, RemoveReplace, RetainThenGD
 from assocmem.memories.checks import check_inputs, gate_needs
 
 
 def _check_supported(spec) -> None:
-    if isinstance(spec.retention, KL) or not isinstance(spec.optimizer, (GD, RetainThenGD, Momentum)):
+    o = spec.optimizer
+    if isinstance(spec.retention, (KL, L1)) or not isinstance(o, (GD, RetainThenGD, Momentum)):
         raise ValueError(
             f"chunk_approx supports the gd, retain_then_gd and momentum optimizers with none/l2_decay "
-            f"retention; got optimizer {spec.optimizer.kind!r}, retention {spec.retention.kind!r}"
+            f"retention; got optimizer {o.kind!r}, retention {spec.retention.kind!r}"
+        )
+    if getattr(o, "steps", 1) != 1 or getattr(o, "rate", "scalar") != "scalar" or isinstance(spec.bias, RemoveReplace):
+        raise ValueError(
+            f"chunk_approx takes one step per token with one rate per head on a one-key bias; got "
+            f"optimizer.steps={getattr(o, 'steps', 1)}, optimizer.rate={getattr(o, 'rate', 'scalar')!r}, "
+            f"bias {spec.bias.kind!r} (use the exact forms: scan or recurrent)"
         )
 
 

@@ -62,7 +62,7 @@ import torch.nn.functional as F
 from . import groups
 from .inplace import records_grad, scaled
 
-__all__ = ["chunk_scalar_decay", "chunk_key_decay", "default_chunk_size"]
+__all__ = ["chunk_scalar_decay", "chunk_key_decay", "chunk_low_rank", "default_chunk_size"]
 
 _BASE_BLOCK = 16  # triangular inverse: diagonal blocks inverted by torch.linalg.solve_triangular
 # tokens per group of chunks (groups.py); the [N, BH, C, C] and C³ terms here are smaller per token than
@@ -430,5 +430,46 @@ def _key_decay_group(q, k, v, log_alpha, beta, S, out, scale: float, C: int, *, 
     starts, u, S = _Carry.apply(U, W, k_out, a, S)
     # 4. read (eq. 2)
     o = q_in @ starts + P @ u  # (N, BH, C, V)
+    _write_out(out, o)
+    return S
+
+
+def chunk_low_rank(q, k, v, log_alpha, beta, kappa, state, scale: float, C: int):
+    """Diagonal plus low rank (RWKV-7) chunkwise: S_t = diag(a_t) S_{t−1} + x_t v_tᵀ + y_t e_tᵀ with the
+    write x_t = β_t ⊙ k_t, the erase y_t = β_t ⊙ κ_t and its values e_t = −S_{t−1}ᵀ κ_t.
+
+    Unrolled in a chunk (E_t = G_{t−1}, the erase reads S_{t−1}):
+        (I + A_yy) e = −A_yx V − (e^{E} ⊙ κ) S_[n],  A_yz,ts = Σ κ_t z_s e^{E_t − G_s} (s < t)   (1')
+    so e = U_e − W_e S_[n] by the UT transform, and the 2C writes [x; y] of the values [v; e] are
+    carried (eq. 3) and read (eq. 2) as one chunk of twice the length.
+    q, k, log_alpha, beta, kappa: [B, T, H, K]; v: [B, T, H, V]; state: [B, H, K, V].
+    """
+    B, T, H, K = q.shape
+    fn = lambda q_g, k_g, v_g, la_g, b_g, kap_g, S, out: _low_rank_group(  # noqa: E731
+        q_g, k_g, v_g, la_g, b_g, kap_g, S, out, scale, C)
+    out = v.new_empty(B, T, H, v.shape[-1])
+    o, S = groups.over_groups(fn, (q, k, v, log_alpha, beta, kappa), state.reshape(B * H, K, -1),
+                              groups.group_step(C, GROUP_TOKENS), out)
+    return o, S.reshape(B, H, K, -1)
+
+
+def _low_rank_group(q, k, v, log_alpha, beta, kappa, S, out, scale: float, C: int):
+    """``chunk_low_rank`` on one group of tokens; S: [BH, K, V]. Writes o into out [B, t, H, V], returns S."""
+    q, k, v, la, beta, kappa = (_chunks(x, C) for x in (q * scale, k, v, log_alpha, beta, kappa))  # (N, BH, C, ·)
+    x, y = beta * k, beta * kappa  # (N, BH, C, K) the write and erase vectors
+    G = la.cumsum(-2)  # (N, BH, C, K) inclusive log decay since the chunk start
+    E = G - la  # the erase reads S_{t−1}
+    s = _sub_chunk(C)
+    # 1. the erase values e = U_e − W_e S_[n] (eq. 1')
+    A_yy, A_yx = _pairwise(kappa, E, y, G, s, strict=True), _pairwise(kappa, E, x, G, s, strict=True)
+    U_e, W_e = _UnitLowerSolve.apply(A_yy, -(A_yx @ v), kappa * E.exp())  # (N, BH, C, V), (N, BH, C, K)
+    # 2. carry the 2C writes [x; y] with values [v; e] over the chunks (eq. 3)
+    out_decay = (G[..., -1:, :] - G).exp()  # (N, BH, C, K)
+    U = torch.cat((v, U_e), dim=-2)  # (N, BH, 2C, V)
+    W = torch.cat((torch.zeros_like(W_e), W_e), dim=-2)  # (N, BH, 2C, K)
+    starts, u, S = _Carry.apply(U, W, torch.cat((x * out_decay, y * out_decay), dim=-2), G[..., -1, :].exp()[..., None], S)
+    # 3. read (eq. 2): the chunk-start state and the writes up to t
+    P = torch.cat((_pairwise(q, G, x, G, s, strict=False), _pairwise(q, G, y, G, s, strict=False)), dim=-1)
+    o = (q * G.exp()) @ starts + P @ u  # (N, BH, C, V)
     _write_out(out, o)
     return S

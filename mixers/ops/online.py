@@ -1,20 +1,23 @@
 """Hand-written recurrences of the online-regression mixers with no parallel
-form: Titans' momentum memory, Yaad-style Huber, Moneta-style ℓp and
-TTT-Linear. Written from the published update rules (REFERENCES.md §1), in
-the op contract; the autograd derivation is checked against these.
+form: Titans' momentum memory, Yaad-style Huber, Moneta-style ℓp, TTT-Linear
+and the ℓ1 (sparse-update) retention. Written from the published update rules
+(REFERENCES.md §1; ℓ1: thesis §2.4.3), in the op contract; the autograd
+derivation is checked against these.
 
 State S ∈ R^{K×V} (f_S(k) = Sᵀk; the papers' M = Sᵀ). Each step:
     1. retain:  S' = α_t S_{t−1}                     (α_t = exp(log_alpha), 1 if absent)
     2. error:   e_t = S'ᵀk_t − v_t                    (prediction error at the retained state)
     3. write:   S_t = S' − β_t k_t g(e_t)ᵀ            (g from the bias)
     4. read:    o_t = S_tᵀ(scale·q_t)
+With ``steps: K`` (recurrent depth, thesis eq. 5.1) steps 2–3 run K times before the read.
 """
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
-__all__ = ["recurrent_huber_delta", "recurrent_lp_delta", "recurrent_titans", "recurrent_ttt_linear"]
+__all__ = ["recurrent_huber_delta", "recurrent_lp_delta", "recurrent_titans", "recurrent_ttt_linear",
+           "recurrent_l1"]
 
 
 def _prep(q, k, v, log_alpha, beta, scale, initial_state):
@@ -27,30 +30,53 @@ def _prep(q, k, v, log_alpha, beta, scale, initial_state):
     return S, alpha, beta, scale
 
 
-def _error_driven(g, q, k, v, log_alpha, beta, scale, initial_state, output_final_state):
+def _error_driven(g, q, k, v, log_alpha, beta, scale, initial_state, output_final_state, steps=1):
     S, alpha, beta, scale = _prep(q, k, v, log_alpha, beta, scale, initial_state)
     outs = []
     for t in range(q.shape[1]):
         kt, vt = k[:, t], v[:, t]  # (B, H, K), (B, H, V)
         S = alpha[:, t, :, None, None] * S  # 1. retain
-        e = torch.einsum("bhk,bhkv->bhv", kt, S) - vt  # 2. error
-        S = S - beta[:, t, :, None, None] * kt[..., :, None] * g(e)[..., None, :]  # 3. write
+        for _ in range(steps):
+            e = torch.einsum("bhk,bhkv->bhv", kt, S) - vt  # 2. error
+            S = S - beta[:, t, :, None, None] * kt[..., :, None] * g(e)[..., None, :]  # 3. write
         outs.append(torch.einsum("bhk,bhkv->bhv", scale * q[:, t], S))  # 4. read
     return torch.stack(outs, 1), (S if output_final_state else None)
 
 
-def recurrent_huber_delta(q, k, v, *, delta=1.0, log_alpha=None, beta=None, scale=None,
+def recurrent_huber_delta(q, k, v, *, delta=1.0, steps=1, log_alpha=None, beta=None, scale=None,
                           initial_state=None, output_final_state=False):
     """Huber attentional bias (Yaad-style): g(e) = clamp(e, −δ, δ), coordinate-wise."""
     return _error_driven(lambda e: e.clamp(-delta, delta), q, k, v, log_alpha, beta, scale,
-                         initial_state, output_final_state)
+                         initial_state, output_final_state, steps)
 
 
-def recurrent_lp_delta(q, k, v, *, p=3.0, log_alpha=None, beta=None, scale=None,
+def recurrent_lp_delta(q, k, v, *, p=3.0, steps=1, log_alpha=None, beta=None, scale=None,
                        initial_state=None, output_final_state=False):
     """ℓp attentional bias (Moneta-style), ℓ = ‖e‖_p^p: g(e) = p·sign(e)|e|^{p−1}."""
     return _error_driven(lambda e: p * torch.sign(e) * e.abs().pow(p - 1), q, k, v, log_alpha, beta,
-                         scale, initial_state, output_final_state)
+                         scale, initial_state, output_final_state, steps)
+
+
+def recurrent_l1(q, k, v, *, lam, bias="l2", steps=1, beta=None, scale=None, initial_state=None,
+                 output_final_state=False):
+    """ℓ1 retention R = λ‖S − S_{t−1}‖₁ by proximal gradient (ISTA), ℓ2 or dot-product bias:
+
+        1. gradient step on ℓ at S:  Δ ← Δ − β_t k_t g_tᵀ,  g_t = Sᵀk_t − v_t (ℓ2) or −v_t (dot product)
+        2. shrink the change:        Δ ← sign(Δ) max(|Δ| − β_t λ, 0)
+        3. S = S_{t−1} + Δ;  steps 1–3 K times (Δ starts at 0), then o_t = S_tᵀ(scale·q_t)
+    """
+    S, _, beta, scale = _prep(q, k, v, None, beta, scale, initial_state)
+    outs = []
+    for t in range(q.shape[1]):
+        kt, vt, bt = k[:, t], v[:, t], beta[:, t, :, None, None]  # (B, H, K), (B, H, V), (B, H, 1, 1)
+        change = torch.zeros_like(S)
+        for _ in range(steps):
+            g = torch.einsum("bhk,bhkv->bhv", kt, S + change) - vt if bias == "l2" else -vt  # (B, H, V)
+            change = change - bt * kt[..., :, None] * g[..., None, :]  # 1.
+            change = torch.sign(change) * torch.clamp(change.abs() - bt * lam, min=0.0)  # 2.
+        S = S + change  # 3.
+        outs.append(torch.einsum("bhk,bhkv->bhv", scale * q[:, t], S))
+    return torch.stack(outs, 1), (S if output_final_state else None)
 
 
 def recurrent_titans(q, k, v, *, eta=None, momentum=0.9, log_alpha=None, beta=None, scale=None,

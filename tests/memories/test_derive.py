@@ -6,6 +6,7 @@ from assocmem.memories import (
     GD, L2, Diagonal, DotProduct, Huber, Implicit, KL, L2Decay, MLP, Matrix, Momentum, Proximal, derive,
 )
 from assocmem.mixers import MixerSpec, get_preset, list_presets
+from assocmem.mixers.lower import derived
 from assocmem.mixers.verify import make_case
 
 
@@ -113,7 +114,7 @@ def test_state_passing(name):
     """f(x) == f(x[:, t:], initial_state=f(x[:, :t]).state)."""
     spec = get_preset(name)
     case = make_case(spec, B=2, T=9, H=2, K=4, V=3, seed=1)
-    step = derive(spec)
+    step = derived(spec)  # derive(spec) with the layer's read-out (normalised linear attention)
     o, S = _call(step, case)
     first, second = _split(case, 4)
     q, k, v = first.pop("q"), first.pop("k"), first.pop("v")
@@ -130,7 +131,7 @@ def test_causality_bit_identical(name):
     """Perturbing every input at positions > t leaves o[:, :t+1] bit-identical."""
     spec = get_preset(name)
     case = make_case(spec, B=1, T=8, H=2, K=4, V=3, seed=2)
-    step = derive(spec)
+    step = derived(spec)
     o, _ = _call(step, case)
     t = 4
     changed = {}

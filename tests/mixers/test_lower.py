@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from assocmem.memories import (
-    GD, KL, L2, MLP, CharacteristicFunction, ClosedForm, Diagonal, DotProduct, Huber, Implicit, L2Decay, Lp,
-    Matrix, Momentum, NadarayaWatson, NonParametric, NoRetention, Proximal, RetainThenGD, Spectral, Window, derive,
+    GD, KL, L1, L2, MLP, CharacteristicFunction, ClosedForm, Diagonal, DotProduct, Huber, Implicit, L2Decay, Lp,
+    Matrix, Momentum, NadarayaWatson, NonParametric, NoRetention, Proximal, RemoveReplace, RetainThenGD, Spectral,
+    Window, derive,
 )
 from assocmem.mixers import LayerOptions, MixerSpec, get_preset
 from assocmem.mixers.lower import FAMILIES, FORMS, available_forms, family_of, hand_written, lower
@@ -20,10 +21,11 @@ from assocmem.mixers.verify import verify
 ROOT = Path(__file__).resolve().parents[2]
 AXES = dict(
     memory=[Matrix(), Matrix(norm="layernorm_residual"), Diagonal(), MLP(hidden=4), NonParametric(), Spectral()],
-    bias=[DotProduct(), L2(), Lp(p=3.0), Huber(delta=1.0), NadarayaWatson(), CharacteristicFunction()],
+    bias=[DotProduct(), L2(), RemoveReplace(), Lp(p=3.0), Huber(delta=1.0), NadarayaWatson(), CharacteristicFunction()],
     retention=[NoRetention(), L2Decay(gate="scalar"), L2Decay(gate="key"), L2Decay(gate="fixed"), Proximal(), KL(),
-               Window(size=8)],
-    optimizer=[GD(), RetainThenGD(), Implicit(), Momentum(), ClosedForm()],
+               L1(lam=0.1), Window(size=8)],
+    optimizer=[GD(), GD(steps=2), GD(rate="key"), RetainThenGD(), RetainThenGD(steps=3), Implicit(), Implicit(steps=2),
+               Momentum(), ClosedForm()],
 )
 
 
@@ -42,7 +44,7 @@ SPECS = _valid_specs()
 
 def test_every_class_of_every_valid_spec_has_its_row():
     classes = {s.algebra for s in SPECS}
-    assert classes == set(FORMS) == {"hebbian", "delta", "diag_rank1", "spectral", "nonparametric", "scan"}
+    assert classes == set(FORMS) == {"hebbian", "delta", "diag_rank1", "dplr", "spectral", "nonparametric", "scan"}
     assert len(SPECS) > 50
     for spec in SPECS:
         fam = family_of(spec)

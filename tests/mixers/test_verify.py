@@ -12,7 +12,7 @@ from assocmem.memories import derive
 from assocmem.mixers import MixerSpec, get_preset, list_presets
 from assocmem.mixers.external import F32_ATOL
 from assocmem.mixers.lower import lower
-from assocmem.mixers.lower import hand_written
+from assocmem.mixers.lower import derived, hand_written
 from assocmem.mixers.verify import EXACT_ATOL, make_case, max_abs_error, run, verify
 from assocmem.training.cli import main as cli
 
@@ -70,7 +70,7 @@ def test_derived_equals_hand_written_across_lengths(name, T):
     spec = get_preset(name)
     case = make_case(spec, B=2, T=T, H=3, K=4, V=5, seed=T)
     _, fn = hand_written(spec)
-    assert max_abs_error(run(derive(spec), case), run(fn, case)) <= EXACT_ATOL
+    assert max_abs_error(run(derived(spec), case), run(fn, case)) <= EXACT_ATOL
 
 
 USER_SPEC = """
