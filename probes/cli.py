@@ -1,4 +1,4 @@
-"""``assocmem probe graph-tracing | recall | causality | capacity | hybrid-experiment``.
+"""``assocmem probe graph-tracing | recall | causality | capacity | hybrid-experiment | sounding``.
 
 Every probe writes <out>/<probe>.json and its PNG figures into the output folder
 named by ``--out`` and prints that folder when done. An existing non-empty
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from assocmem.memories.deprecation import moved, names_in
 
-from . import experiment_hybrid
+from . import experiment_hybrid, sounding
 from . import io as probe_io
 from .io import add_common_flags, write_json
 
@@ -32,6 +32,7 @@ def register(subparsers) -> None:
     _causality_parser(sub)
     _capacity_parser(sub)
     experiment_hybrid.register(sub)
+    sounding.register(sub)
 
 
 def _run(fn, args) -> int:

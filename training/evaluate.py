@@ -22,7 +22,8 @@ from .objective import CausalLMObjective
 from .runlog import CONFIG_FILE
 
 
-def _data_section(path: str | Path) -> dict:
+def data_section(path: str | Path) -> dict:
+    """The `data:` section of a YAML file (or the file itself when it is only that section)."""
     text = yaml.safe_load(Path(path).read_text())
     if not isinstance(text, dict):
         raise ConfigError(f"{path}: expected a mapping with a data section")
@@ -39,7 +40,7 @@ def evaluate_run(run_dir: str | Path, *, data: str | Path | None = None, overrid
     trained = config_from_dict(yaml.safe_load(config_path.read_text()))
     raw = trained.model_dump(mode="json")
     if data is not None:
-        raw["data"] = _data_section(data)
+        raw["data"] = data_section(data)
     cfg = config_from_dict(apply_overrides(raw, overrides or []))
     path = Path(checkpoint) if checkpoint is not None else ckpt.latest_checkpoint(run_dir)
     if path is None or not (path / ckpt.WEIGHTS_FILE).is_file():

@@ -105,3 +105,17 @@ def regularity(power: torch.Tensor, k: int) -> float:
         raise ValueError("the spectrum has zero total power (an all-zero gradient): ρ is undefined")
     top = torch.sort(power.double(), descending=True, stable=True).values[:k]
     return float(top.sum()) / total
+
+
+def flat_spectrum_regularity(bins: int, k: int) -> float:
+    """The expected ρ of a white-noise signal with ``bins`` rfft bins: E[share of the k largest].
+
+    Each bin's power is then ≈ exponential with one mean; the i-th largest of N has mean
+    H_N − H_{i−1} (order statistics), so E[Σ top-k] / E[Σ all] = Σ_{i=1..k} (H_N − H_{i−1}) / N.
+    """
+    if not 1 <= k <= bins:
+        raise ValueError(f"k must lie in [1, {bins}], got {k}")
+    harmonic = [0.0]
+    for j in range(1, bins + 1):
+        harmonic.append(harmonic[-1] + 1.0 / j)
+    return sum(harmonic[bins] - harmonic[i - 1] for i in range(1, k + 1)) / bins

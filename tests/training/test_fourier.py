@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from assocmem.training.fourier import (check_modes, mode_power, num_bins, project_modes, regularity,
-                                       top_modes)
+from assocmem.training.fourier import (check_modes, flat_spectrum_regularity, mode_power, num_bins,
+                                       project_modes, regularity, top_modes)
 
 
 def nanda_fourier_basis(p: int) -> tuple[torch.Tensor, list[tuple[str, int]]]:
@@ -110,6 +110,7 @@ def test_white_noise_regularity_is_the_share_of_the_k_largest_of_n_exponentials(
     harmonic = np.concatenate([[0.0], np.cumsum(1.0 / np.arange(1, bins + 1))])  # H_0..H_N
     expected = sum(harmonic[bins] - harmonic[i - 1] for i in range(1, k + 1)) / bins
     assert np.mean(rhos) == pytest.approx(expected, rel=0.05)
+    assert flat_spectrum_regularity(bins, k) == pytest.approx(expected, rel=1e-12)
     assert 3 * k / bins < np.mean(rhos) < 5 * k / bins
 
 
