@@ -1,7 +1,10 @@
 """The residual block of every hybrid layer, and padding for recurrent mixers.
 
-    h = x + Mixer(RMSNorm(x))
-    y = h + SwiGLU(RMSNorm(h))          (when the block has an MLP)
+    h = x + Mixer(Norm(x))
+    y = h + MLP(Norm(h))                (when the block has an MLP)
+
+Norm is RMSNorm or the identity (``block_norm``); MLP is SwiGLU or Nanda et al. 2023's ReLU MLP
+with biases (``mlp_kind``).
 
 Padding. A mixer module that masks padding itself (``masks_padding``, attention)
 gets the mask. One that does not (a recurrent state, parametric or SCA, has no
@@ -36,17 +39,41 @@ class SwiGLU(nn.Module):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
+class ReLUMLP(nn.Module):
+    """y = ReLU(x W_in + b_in) W_out + b_out (Nanda et al. 2023, progress-measures-paper's MLP)."""
+
+    def __init__(self, d_model: int, hidden: int):
+        super().__init__()
+        self.up_proj = nn.Linear(d_model, hidden, bias=True)
+        self.down_proj = nn.Linear(hidden, d_model, bias=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.relu(self.up_proj(x)))
+
+
+MLP_KINDS = {"swiglu": SwiGLU, "relu": ReLUMLP}
+
+
+def build_norm(kind: str, d_model: int, eps: float) -> nn.Module:
+    """RMSNorm (``rmsnorm``) or the identity (``none``)."""
+    if kind not in ("rmsnorm", "none"):
+        raise ValueError(f"block_norm must be 'rmsnorm' or 'none', got {kind!r}")
+    return RMSNorm(d_model, eps=eps) if kind == "rmsnorm" else nn.Identity()
+
+
 class Block(nn.Module):
-    """Pre-norm residual block: mixer, then an optional SwiGLU MLP."""
+    """Pre-norm residual block: mixer, then an optional MLP."""
 
     def __init__(self, spec: MixerSpec, d_model: int, *, mlp_hidden: int, norm_eps: float,
-                 layer_idx: int, form: str = "auto"):
+                 layer_idx: int, form: str = "auto", mlp_kind: str = "swiglu", norm: str = "rmsnorm"):
         super().__init__()
+        if mlp_kind not in MLP_KINDS:
+            raise ValueError(f"mlp_kind must be one of {list(MLP_KINDS)}, got {mlp_kind!r}")
         self.layer_idx = layer_idx
-        self.mixer_norm = RMSNorm(d_model, eps=norm_eps)
+        self.mixer_norm = build_norm(norm, d_model, norm_eps)
         self.mixer = build_mixer(spec, d_model, form=form, layer_idx=layer_idx)
-        self.mlp_norm = RMSNorm(d_model, eps=norm_eps) if mlp_hidden else None
-        self.mlp = SwiGLU(d_model, mlp_hidden) if mlp_hidden else None
+        self.mlp_norm = build_norm(norm, d_model, norm_eps) if mlp_hidden else None
+        self.mlp = MLP_KINDS[mlp_kind](d_model, mlp_hidden) if mlp_hidden else None
 
     def forward(self, x: torch.Tensor, *, state=None, mask: torch.Tensor | None = None, return_state: bool = True):
         """x [B, T, d_model]; mask [B, T] bool (True = real token) or None -> (y, state)."""

@@ -74,7 +74,20 @@ class HybridConfig(BaseModel):
     mlp_hidden: int | None = Field(None, gt=0, description="explicit SwiGLU hidden width (overrides mlp_ratio)")
     mlp_layers: Literal["all", "attention"] | list[int] = Field(
         "all", description="which blocks have an MLP: all, only the attention (nonparametric) ones, or indices")
+    mlp_kind: Literal["swiglu", "relu"] = Field(
+        "swiglu", description="swiglu: (SiLU(x W_g) ⊙ x W_u) W_d; relu: ReLU(x W_in + b_in) W_out + b_out "
+        "(the MLP of Nanda et al. 2023's grokking model)")
     tie_embeddings: bool = Field(True, description="lm_head shares the embedding matrix")
+    block_norm: Literal["rmsnorm", "none"] = Field(
+        "rmsnorm", description="the pre-norms of every block and the final norm: rmsnorm, or none (Nanda et al. "
+        "2023's one-layer model has no LayerNorm)")
+    position_embedding: Literal["none", "learned"] = Field(
+        "none", description="absolute positions added to the token embeddings: none (position comes from the "
+        "mixers: RoPE, recurrence, convolution) or learned (a [max_positions, d_model] table, as GPT-2 and "
+        "Nanda et al. 2023; positions count columns, so padded batches are refused)")
+    max_positions: int | None = Field(
+        None, gt=0, description="rows of the learned position table (required with position_embedding: learned); "
+        "longer inputs are refused")
     norm_eps: float = Field(1e-6, gt=0, description="RMSNorm epsilon of the block norms")
     init_std: float = Field(0.02, gt=0, description="std of the normal init of embeddings and projections")
 
@@ -98,6 +111,9 @@ class HybridConfig(BaseModel):
         for name, width in (("num_heads", self.num_heads), ("head_dim", self.head_dim)):
             if width is not None and self.d_model % width:
                 raise ValueError(f"{name}={width} does not divide d_model={self.d_model}")
+        if (self.position_embedding == "learned") != (self.max_positions is not None):
+            raise ValueError("position_embedding: learned needs max_positions (the rows of the table), and "
+                             "max_positions is only used with position_embedding: learned")
         entries = self.layer_entries()  # raises on a bad pattern or depth
         names = {e for e in entries if isinstance(e, str)}
         for field in ("overrides", "forms"):

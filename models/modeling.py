@@ -24,7 +24,7 @@ from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutpu
 
 from assocmem.mixers.norm import RMSNorm
 
-from .blocks import Block
+from .blocks import Block, build_norm
 from .cache import AssocMemCache
 from .config import HybridConfig
 
@@ -144,11 +144,13 @@ class AssocMemModel(AssocMemPreTrainedModel):
         hc = config.hybrid_config
         self.embed_tokens = nn.Embedding(hc.vocab_size, hc.d_model)
         width = hc.mlp_width
+        self.embed_positions = (nn.Embedding(hc.max_positions, hc.d_model)
+                                if hc.position_embedding == "learned" else None)
         self.layers = nn.ModuleList(
             Block(layer.spec, hc.d_model, mlp_hidden=width if layer.mlp else 0, norm_eps=hc.norm_eps, layer_idx=i,
-                  form=layer.form)
+                  form=layer.form, mlp_kind=hc.mlp_kind, norm=hc.block_norm)
             for i, layer in enumerate(hc.plan))
-        self.norm = RMSNorm(hc.d_model, eps=hc.norm_eps)
+        self.norm = build_norm(hc.block_norm, hc.d_model, hc.norm_eps)
         self._cache_token = uuid.uuid4().hex[:8]
         self.post_init()
 
@@ -180,6 +182,8 @@ class AssocMemModel(AssocMemPreTrainedModel):
         use_cache = self.config.use_cache if use_cache is None else use_cache
         cache = self._cache(take_cache(cache, past_key_values), use_cache)
         mask = self._mask(attention_mask, B, T, 0 if cache is None else cache.seen_tokens)
+        if self.embed_positions is not None:
+            h = h + self._positions(T, 0 if cache is None else cache.seen_tokens, mask)
         hidden = [h] if output_hidden_states else None
         for i, block in enumerate(self.layers):
             h, state = block(h, state=None if cache is None else cache[i], mask=mask, return_state=cache is not None)
@@ -208,6 +212,17 @@ class AssocMemModel(AssocMemPreTrainedModel):
             raise ValueError(f"input_ids out of range: min {int(input_ids.min())}, max {int(input_ids.max())}; "
                              f"allowed 0..{self.config.vocab_size - 1} (vocab_size {self.config.vocab_size})")
         return self.embed_tokens(input_ids)
+
+    def _positions(self, T: int, past: int, mask: torch.Tensor | None) -> torch.Tensor:
+        """The learned embeddings of positions past … past + T − 1: [T, d] (broadcast over the batch)."""
+        limit = self.embed_positions.num_embeddings
+        if mask is not None:
+            raise ValueError("position_embedding: learned counts positions by column, so a padded batch would shift "
+                             "them; pass sequences of equal length without padding")
+        if past + T > limit:
+            raise ValueError(f"positions {past}..{past + T - 1} exceed the learned position table "
+                             f"(max_positions={limit})")
+        return self.embed_positions(torch.arange(past, past + T, device=self.embed_positions.weight.device))
 
     def _cache(self, cache, use_cache: bool) -> AssocMemCache | None:
         if cache is None:
