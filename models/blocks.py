@@ -4,7 +4,8 @@
     y = h + MLP(Norm(h))                (when the block has an MLP)
 
 Norm is RMSNorm or the identity (``block_norm``); MLP is SwiGLU or Nanda et al. 2023's ReLU MLP
-with biases (``mlp_kind``).
+with biases (``mlp_kind``). A block with ``steer`` (models/steer.py) filters its update along the
+sequence: y = x + F(y − x).
 
 Padding. A mixer module that masks padding itself (``masks_padding``, attention)
 gets the mask. One that does not (a recurrent state, parametric or SCA, has no
@@ -16,6 +17,7 @@ exactly the outputs and states of the unpadded sequences.
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple
 
 import torch
 import torch.nn as nn
@@ -24,6 +26,8 @@ import torch.nn.functional as F
 from assocmem.mixers.layer import MixerModule, build_mixer
 from assocmem.mixers.norm import RMSNorm
 from assocmem.mixers.spec import MixerSpec
+
+from .steer import Steer, SteerConfig, SteerState
 
 
 class SwiGLU(nn.Module):
@@ -65,7 +69,8 @@ class Block(nn.Module):
     """Pre-norm residual block: mixer, then an optional MLP."""
 
     def __init__(self, spec: MixerSpec, d_model: int, *, mlp_hidden: int, norm_eps: float,
-                 layer_idx: int, form: str = "auto", mlp_kind: str = "swiglu", norm: str = "rmsnorm"):
+                 layer_idx: int, form: str = "auto", mlp_kind: str = "swiglu", norm: str = "rmsnorm",
+                 steer: SteerConfig | None = None):
         super().__init__()
         if mlp_kind not in MLP_KINDS:
             raise ValueError(f"mlp_kind must be one of {list(MLP_KINDS)}, got {mlp_kind!r}")
@@ -74,14 +79,39 @@ class Block(nn.Module):
         self.mixer = build_mixer(spec, d_model, form=form, layer_idx=layer_idx)
         self.mlp_norm = build_norm(norm, d_model, norm_eps) if mlp_hidden else None
         self.mlp = MLP_KINDS[mlp_kind](d_model, mlp_hidden) if mlp_hidden else None
+        self.steer = Steer(steer) if steer is not None else None
 
     def forward(self, x: torch.Tensor, *, state=None, mask: torch.Tensor | None = None, return_state: bool = True):
-        """x [B, T, d_model]; mask [B, T] bool (True = real token) or None -> (y, state)."""
-        y, state = run_mixer(self.mixer, self.mixer_norm(x), state=state, mask=mask, return_state=return_state)
+        """x [B, T, d_model]; mask [B, T] bool (True = real token) or None -> (y, state).
+
+        With a causal ``steer`` the state is a BlockState (mixer state, steering history)."""
+        stateful_steer = self.steer is not None and self.steer.cfg.mode == "causal"
+        if self.steer is not None and not stateful_steer and state is not None:
+            raise ValueError(f"layer {self.layer_idx}: steer mode circular (as written) filters over the whole "
+                             f"sequence, future included: it has no incremental decode; use mode: causal")
+        mixer_state, steer_state = (state.mixer, state.steer) if stateful_steer and state is not None else (state, None)
+        y, mixer_state = run_mixer(self.mixer, self.mixer_norm(x), state=mixer_state, mask=mask,
+                                   return_state=return_state)
         h = x + y
         if self.mlp is not None:
             h = h + self.mlp(self.mlp_norm(h))
-        return h, state
+        if self.steer is None:
+            return h, mixer_state
+        if mask is not None:
+            raise ValueError("a steered block filters along the sequence, so padding would shift it; pass sequences "
+                             "of equal length without padding")
+        delta, steer_state = self.steer(h - x, state=steer_state, return_state=return_state)  # y = x + F(Δ)
+        h = x + delta
+        if not stateful_steer:
+            return h, mixer_state
+        return h, (BlockState(mixer_state, steer_state) if return_state else None)
+
+
+class BlockState(NamedTuple):
+    """The decode state of a block with causal steering: its mixer's state and the steering history."""
+
+    mixer: object
+    steer: SteerState | None
 
 
 def run_mixer(mixer: MixerModule, x: torch.Tensor, *, state, mask: torch.Tensor | None, return_state: bool):

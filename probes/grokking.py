@@ -1,0 +1,307 @@
+"""Seed 003 §5 on this machine: does projecting the embedding gradient onto prescribed Fourier modes
+(PFFT / FGP) make modular addition grok sooner, as the paper claims (p = 97: 57 vs 782 epochs)?
+
+The model and recipe are Nanda et al. 2023's (progress-measures-paper, ``Config``): one layer, d 128,
+4 heads of 32, ReLU MLP 512 with biases, no LayerNorm, learned positions, untied embed/unembed,
+weights ~ N(0, 1/d); full-batch AdamW (lr 1e-3, weight decay 1.0, betas 0.9/0.98, 10 warm-up steps,
+then constant), 30 % of the p² pairs train. Differences, all stated in the README: our AdamW decays
+only matrices (their biases are decayed too), the split is numpy's permutation (theirs Python's
+``random.shuffle``), and the sequence carries the answer as a 4th token so that HF-aligned labels score
+the '=' position (causal: it changes no number).
+
+Variants (``VARIANTS``): the baseline, PFFT with the paper's Table 1 sets on W_E's token axis (the p
+number rows; the '=' row is left alone), adaptive FGP (top-5 modes per step) and GrokFast-EMA (α 0.98,
+λ 2.0, all parameters) as the comparator. Per run:
+
+    grokking epoch (ETG)  first evaluated epoch from which held-out accuracy stays >= 0.99 to the end of
+                          the run (the run stops once it has held for ``patience`` evaluations)
+    memorisation epoch    first epoch whose full-batch training accuracy is >= 0.99
+    sounding at init      dominant mode (k >= 1) and ρ (K = 5) of W_E's mean gradient before training
+    final W_E modes       the 5 strongest Fourier modes of the trained embedding (the "utilisation gap")
+
+    assocmem probe grokking-experiment --p 97 --seeds 0 1 2 --epochs 600 --out runs/grok --result grok.json
+"""
+from __future__ import annotations
+
+import concurrent.futures as futures
+import json
+import multiprocessing
+import time
+from pathlib import Path
+
+VARIANTS: dict[str, list[dict]] = {
+    "baseline": [],
+    "pfft_wrong_high": [{"kind": "pfft", "prescription": "wrong_high"}],
+    "pfft_nanda3": [{"kind": "pfft", "prescription": "nanda3"}],
+    "pfft_fundamental": [{"kind": "pfft", "prescription": "fundamental"}],
+    "adaptive_k5": [{"kind": "fgp_adaptive", "top_k": 5}],
+    "grokfast_ema": [{"kind": "grokfast_ema", "alpha": 0.98, "lamb": 2.0}],
+}
+EMBEDDING = "model.embed_tokens.weight"
+THRESHOLD = 0.99
+
+# Seed 003 Table 1 (p = 97, 3 seeds, mean ± std) and Table 2 (p = 113): ETG and memorisation epochs.
+PAPER = {
+    97: {"baseline": (782.0, 95.4, 450.7), "pfft_wrong_high": (57.3, 3.8, 9.3), "pfft_nanda3": (191.3, 4.8, 32.3),
+         "pfft_fundamental": (789.7, 62.1, 148.7), "adaptive_k5": (97.0, 7.0, 38.3)},
+    113: {"baseline": (321.0, None, None)},
+}
+
+
+def nanda_config(p: int, seed: int, variant: str, epochs: int, run_dir: Path) -> dict:
+    """The TrainConfig dict of one run (see the module docstring)."""
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}; choose from {list(VARIANTS)}")
+    transforms = [t if t["kind"] == "grokfast_ema" else {**t, "param": EMBEDDING, "length": p}
+                  for t in VARIANTS[variant]]
+    num_train = int(0.3 * p * p)
+    return {
+        "name": run_dir.name, "output_dir": str(run_dir.parent), "seed": seed,
+        "model": {"hybrid": {"d_model": 128, "layers": "attn", "num_heads": 4, "overrides": {"attn": {"rope": False}},
+                             "mlp_kind": "relu", "mlp_hidden": 512, "block_norm": "none",
+                             "position_embedding": "learned", "max_positions": 4, "tie_embeddings": False,
+                             "init_std": 128 ** -0.5}},
+        "data": {"kind": "modular", "p": p, "op": "add", "train_fraction": 0.3, "seed": seed},
+        "optim": {"lr": 1e-3, "weight_decay": 1.0, "betas": [0.9, 0.98], "warmup_steps": 10, "min_lr_ratio": 1.0,
+                  "grad_clip": None},
+        "train": {"epochs": epochs, "batch_size": num_train, "eval_batch_size": p * p - num_train, "threads": 1,
+                  "progress": False, "grad_transforms": transforms},
+    }
+
+
+# ---------------------------------------------------------------- reading a run
+def grokking_epoch(evals: list[tuple[int, float]], threshold: float = THRESHOLD) -> int | None:
+    """First evaluated epoch from which accuracy stays >= threshold through the last evaluation."""
+    start = None
+    for epoch, acc in evals:
+        if acc >= threshold:
+            start = epoch if start is None else start
+        else:
+            start = None
+    return start
+
+
+def first_epoch_at(values: list[tuple[int, float]], threshold: float = THRESHOLD) -> int | None:
+    """First epoch whose value is >= threshold."""
+    return next((e for e, v in values if v >= threshold), None)
+
+
+def held_for(evals: list[tuple[int, float]], patience: int, threshold: float = THRESHOLD) -> bool:
+    """The last ``patience`` evaluations are all >= threshold."""
+    return len(evals) >= patience and all(acc >= threshold for _, acc in evals[-patience:])
+
+
+# ---------------------------------------------------------------- one run (a worker process)
+def _sounding_at_init(trainer, p: int) -> dict:
+    from assocmem.training.fourier import mode_power, top_modes
+
+    from .sounding import mean_gradient, select_parameters, sound
+
+    k = min(5, p // 2)
+    grads = mean_gradient(trainer.model, trainer.train_ds, batch_size=len(trainer.train_ds),
+                          params=select_parameters(trainer.model, [EMBEDDING]))
+    s = sound(EMBEDDING, grads[EMBEDDING], axis=0, length=p, top_k=k)
+    weights = mode_power(trainer.model.get_input_embeddings().weight.detach(), axis=0, n=p)
+    return {"grad_dominant_mode": s.dominant_mode, "grad_top_modes": top_modes(mode_power(grads[EMBEDDING], n=p), k,
+                                                                               skip_dc=True),
+            "grad_rho_k5": s.rho, "weight_top_modes": top_modes(weights, k, skip_dc=True)}
+
+
+def run_one(cfg_dict: dict, *, eval_every: int, patience: int) -> dict:
+    """Train one run epoch by epoch (full batch) with early stopping once grokked; return its record."""
+    import torch
+
+    from assocmem.training.config import config_from_dict
+    from assocmem.training.distributed import init_distributed
+    from assocmem.training.fourier import mode_power, top_modes
+    from assocmem.training.loop import Trainer
+
+    torch.set_num_threads(1)
+    cfg = config_from_dict(cfg_dict)
+    run_dir = Path(cfg.output_dir) / cfg.name
+    run_dir.mkdir(parents=True, exist_ok=True)
+    trainer = Trainer(cfg, init_distributed("cpu"), run_dir, resume=False)
+    p = cfg.data.p
+    init = _sounding_at_init(trainer, p)
+    train_acc, evals, start, cpu = [], [], time.perf_counter(), time.process_time()
+    while trainer.step < trainer.total_steps:
+        metrics = trainer.train_step()
+        train_acc.append((trainer.step, metrics["accuracy"]))  # the forward pass of this epoch, before its update
+        if trainer.step % eval_every == 0 or trainer.step == trainer.total_steps:
+            evals.append((trainer.step, trainer.evaluate()["accuracy"]))
+            if held_for(evals, patience):
+                break
+    weights = mode_power(trainer.model.get_input_embeddings().weight.detach(), axis=0, n=p)
+    if trainer.log is not None:
+        trainer.log.close()
+    record = {"name": cfg.name, "seed": cfg.seed, "p": p, "epochs_run": trainer.step,
+              "grokking_epoch": grokking_epoch(evals), "memorisation_epoch": first_epoch_at(train_acc),
+              "final_val_accuracy": evals[-1][1], "best_val_accuracy": max(a for _, a in evals),
+              "minutes": (time.perf_counter() - start) / 60, "cpu_minutes": (time.process_time() - cpu) / 60,
+              "init": init,
+              "final_weight_top_modes": top_modes(weights, min(5, p // 2), skip_dc=True),
+              "val_curve": evals, "train_curve": train_acc[::eval_every]}
+    (run_dir / "grokking.json").write_text(json.dumps(record))
+    return record
+
+
+# ---------------------------------------------------------------- the experiment
+def run_experiment(*, ps: list[int], seeds: list[int], variants: list[str], epochs: int, eval_every: int,
+                   patience: int, jobs: int, out: Path) -> list[dict]:
+    """Every (p, variant, seed) run, ``jobs`` at a time (one torch thread each)."""
+    todo = [(p, v, s) for p in ps for v in variants for s in seeds]
+    configs = [nanda_config(p, s, v, epochs, out / "runs" / f"p{p}-{v}-s{s}") for p, v, s in todo]
+    records: list[dict] = []
+    ctx = multiprocessing.get_context("spawn")
+    with futures.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+        pending = {pool.submit(run_one, c, eval_every=eval_every, patience=patience): key
+                   for c, key in zip(configs, todo)}
+        for done in futures.as_completed(pending):
+            p, v, s = pending[done]
+            rec = {**done.result(), "variant": v}
+            records.append(rec)
+            etg = rec["grokking_epoch"]
+            print(f"p={p} {v:18s} seed {s}: ETG {etg if etg is not None else 'DNF'} "
+                  f"(mem {rec['memorisation_epoch']}, val {rec['final_val_accuracy']:.3f}, "
+                  f"{rec['epochs_run']} epochs, {rec['minutes']:.1f} min, {rec['cpu_minutes']:.1f} CPU min)", flush=True)
+    order = {key: i for i, key in enumerate(todo)}
+    return sorted(records, key=lambda r: order[(r["p"], r["variant"], r["seed"])])
+
+
+def summarize(records: list[dict], epochs: int) -> list[dict]:
+    """One row per (p, variant): ETG and memorisation over seeds, beside the paper's numbers."""
+    rows = []
+    for p in sorted({r["p"] for r in records}):
+        for v in dict.fromkeys(r["variant"] for r in records if r["p"] == p):
+            runs = [r for r in records if r["p"] == p and r["variant"] == v]
+            etg = [r["grokking_epoch"] for r in runs]
+            mem = [r["memorisation_epoch"] for r in runs]
+            paper = PAPER.get(p, {}).get(v)
+            rows.append({"p": p, "variant": v, "seeds": len(runs), "grokked": sum(e is not None for e in etg),
+                         "etg": _stats(etg), "memorisation": _stats(mem), "budget_epochs": epochs,
+                         "final_val_accuracy": _stats([r["final_val_accuracy"] for r in runs]),
+                         "paper_etg": None if paper is None else paper[0],
+                         "paper_etg_std": None if paper is None else paper[1],
+                         "paper_memorisation": None if paper is None else paper[2]})
+    return rows
+
+
+def _stats(values: list) -> dict:
+    got = [float(v) for v in values if v is not None]
+    if not got:
+        return {"mean": None, "min": None, "max": None, "n": 0}
+    return {"mean": sum(got) / len(got), "min": min(got), "max": max(got), "n": len(got)}
+
+
+def markdown_table(rows: list[dict]) -> str:
+    """The README table: ours (mean [min, max], grokked/seeds) beside the paper's."""
+    fmt = lambda s: "—" if s["mean"] is None else f"{s['mean']:.0f} [{s['min']:.0f}, {s['max']:.0f}]"  # noqa: E731
+    paper = lambda r: "—" if r["paper_etg"] is None else (  # noqa: E731
+        f"{r['paper_etg']:.1f}" + (f" ± {r['paper_etg_std']}" if r["paper_etg_std"] is not None else ""))
+    mem = lambda r: "—" if r["paper_memorisation"] is None else f"{r['paper_memorisation']}"  # noqa: E731
+    lines = ["| p | variant | grokked (≤ budget) | ETG ours | ETG paper | memorisation ours | memorisation paper | "
+             "final held-out acc |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['p']} | {r['variant']} | {r['grokked']}/{r['seeds']} (≤ {r['budget_epochs']}) | "
+                     f"{fmt(r['etg'])} | {paper(r)} | {fmt(r['memorisation'])} | {mem(r)} | "
+                     f"{r['final_val_accuracy']['mean']:.3f} |")
+    return "\n".join(lines) + "\n"
+
+
+def save_curves(records: list[dict], path: Path) -> Path:
+    """Held-out accuracy against epoch, one panel per p, one colour per variant."""
+    from .plotting import plt
+
+    ps = sorted({r["p"] for r in records})
+    fig, axes = plt.subplots(1, len(ps), figsize=(6 * len(ps), 4), squeeze=False)
+    colours = {v: f"C{i}" for i, v in enumerate(VARIANTS)}
+    for ax, p in zip(axes[0], ps):
+        seen = set()
+        for r in (r for r in records if r["p"] == p):
+            e, a = zip(*r["val_curve"])
+            ax.plot(e, a, color=colours[r["variant"]], lw=1, label=None if r["variant"] in seen else r["variant"])
+            seen.add(r["variant"])
+        ax.axhline(THRESHOLD, color="k", ls=":", lw=0.8)
+        ax.set_title(f"(a + b) mod {p}")
+        ax.set_xlabel("epoch (full batch)")
+        ax.set_ylabel("held-out accuracy")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+# ---------------------------------------------------------------- command line
+def register(sub) -> None:
+    """``assocmem probe grokking-experiment`` (called by probes/cli.py)."""
+    from .io import add_common_flags
+
+    g = sub.add_parser("grokking-experiment", help="seed 003 §5: PFFT / FGP / GrokFast on Nanda et al.'s grokking "
+                       "setup, epochs-to-grokking beside the paper's")
+    g.add_argument("--p", type=int, nargs="+", default=[97, 113], help="moduli (default 97 113)")
+    g.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds (default 0 1 2)")
+    g.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS), help="variants")
+    g.add_argument("--epochs", type=int, default=3000, help="full-batch epochs per run at most (default 3000)")
+    g.add_argument("--eval-every", type=int, default=10, help="held-out evaluation every N epochs (default 10)")
+    g.add_argument("--patience", type=int, default=5, help="stop once held-out accuracy >= 0.99 for N evaluations")
+    g.add_argument("--jobs", type=int, default=2, help="runs at once, one torch thread each (default 2)")
+    g.add_argument("--result", help="also write the result record (training/results.py) to this JSON file")
+    add_common_flags(g)
+    g.set_defaults(func=_cli)
+
+
+def _cli(args) -> int:
+    import sys
+
+    try:
+        out = run_cli(args)
+    except (FileExistsError, FileNotFoundError, ValueError) as err:
+        print(f"assocmem probe grokking-experiment: {err}", file=sys.stderr)
+        return 2
+    print(out)
+    return 0
+
+
+def run_cli(args) -> Path:
+    from assocmem.training.results import command_line, write_result
+
+    from .io import prepare_out
+
+    if args.result and Path(args.result).exists() and not args.overwrite:
+        raise FileExistsError(f"--result {args.result} exists; pass --overwrite to replace it")
+    out = prepare_out(args.out, args.overwrite)
+    start = time.perf_counter()
+    records = run_experiment(ps=args.p, seeds=args.seeds, variants=args.variants, epochs=args.epochs,
+                             eval_every=args.eval_every, patience=args.patience, jobs=args.jobs, out=out)
+    rows = summarize(records, args.epochs)
+    minutes = (time.perf_counter() - start) / 60
+    (out / "grokking.json").write_text(json.dumps({"rows": rows, "runs": records, "minutes": minutes}, indent=1))
+    (out / "grokking.md").write_text(markdown_table(rows))
+    save_curves(records, out / "grokking.png")
+    print(markdown_table(rows), end="")
+    print(f"{minutes:.1f} min")
+    if args.result:
+        per_seed = {s: _seed_metrics(records, s, args.epochs) for s in args.seeds}
+        extra = {"rows": rows, "minutes": minutes, "epochs": args.epochs, "eval_every": args.eval_every,
+                 "patience": args.patience, "jobs": args.jobs,
+                 "curves": {r["name"]: r["val_curve"] for r in records},
+                 "init": {r["name"]: r["init"] for r in records},
+                 "final_weight_top_modes": {r["name"]: r["final_weight_top_modes"] for r in records}}
+        write_result(args.result, name="spectral-grokking", command=command_line("assocmem"), seeds=args.seeds,
+                     per_seed=per_seed, extra=extra, overwrite=args.overwrite,
+                     description="Seed 003 §5 on Nanda et al. 2023's one-layer model: epochs-to-grokking and "
+                                 "memorisation epoch of the baseline, PFFT, adaptive FGP and GrokFast-EMA")
+    return out
+
+
+def _seed_metrics(records: list[dict], seed: int, epochs: int) -> dict[str, float | None]:
+    """Per seed: each run's ETG (None when it did not grok) and held-out accuracy at its end."""
+    metrics: dict[str, float | None] = {}
+    for r in (r for r in records if r["seed"] == seed):
+        key = f"p{r['p']}/{r['variant']}"
+        metrics[f"{key}/etg"] = None if r["grokking_epoch"] is None else float(r["grokking_epoch"])
+        metrics[f"{key}/memorisation"] = (None if r["memorisation_epoch"] is None
+                                          else float(r["memorisation_epoch"]))
+        metrics[f"{key}/final_val_accuracy"] = r["final_val_accuracy"]
+    return metrics
