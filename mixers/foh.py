@@ -22,6 +22,7 @@ from typing import Literal, NamedTuple
 
 import torch
 import torch.nn as nn
+from pydantic import BaseModel, ConfigDict, Field
 
 FOH_MODES = ("circular", "causal")
 
@@ -55,7 +56,17 @@ def direct_causal_conv(x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
     return y
 
 
-# ---------------------------------------------------------------- module
+# ---------------------------------------------------------------- config and module
+class FOHConfig(BaseModel):
+    """A FOH layer of a hybrid (``HybridConfig.foh_layers``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mode: Literal["circular", "causal"] = Field(description="circular: eq. 6 as written (sees the future, tied to "
+                                                "seq_len); causal: zero-padded 2T FFT convolution")
+    seq_len: int = Field(gt=0, description="circular: the one sequence length; causal: the longest sequence")
+
+
 class FOHState(NamedTuple):
     """Decode state of a causal FOH layer: the inputs seen so far, [B, n, d]."""
 
@@ -70,6 +81,8 @@ class FourierOnlyAttention(nn.Module):
         seq_len: circular: the one sequence length T the filter fits; causal: L, the longest sequence.
         mode: "circular" (eq. 6, as written) or "causal".
     """
+
+    masks_padding = False  # MixerModule: padded batches are run row group by row group (models/blocks.run_mixer)
 
     def __init__(self, d_model: int, *, seq_len: int, mode: Literal["circular", "causal"] = "causal",
                  layer_idx: int | None = None):

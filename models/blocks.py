@@ -23,6 +23,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from assocmem.mixers.foh import FOHConfig, FourierOnlyAttention
 from assocmem.mixers.layer import MixerModule, build_mixer
 from assocmem.mixers.norm import RMSNorm
 from assocmem.mixers.spec import MixerSpec
@@ -70,13 +71,14 @@ class Block(nn.Module):
 
     def __init__(self, spec: MixerSpec, d_model: int, *, mlp_hidden: int, norm_eps: float,
                  layer_idx: int, form: str = "auto", mlp_kind: str = "swiglu", norm: str = "rmsnorm",
-                 steer: SteerConfig | None = None):
+                 steer: SteerConfig | None = None, foh: FOHConfig | None = None):
         super().__init__()
         if mlp_kind not in MLP_KINDS:
             raise ValueError(f"mlp_kind must be one of {list(MLP_KINDS)}, got {mlp_kind!r}")
         self.layer_idx = layer_idx
         self.mixer_norm = build_norm(norm, d_model, norm_eps)
-        self.mixer = build_mixer(spec, d_model, form=form, layer_idx=layer_idx)
+        self.mixer = (build_mixer(spec, d_model, form=form, layer_idx=layer_idx) if foh is None else
+                      FourierOnlyAttention(d_model, seq_len=foh.seq_len, mode=foh.mode, layer_idx=layer_idx))
         self.mlp_norm = build_norm(norm, d_model, norm_eps) if mlp_hidden else None
         self.mlp = MLP_KINDS[mlp_kind](d_model, mlp_hidden) if mlp_hidden else None
         self.steer = Steer(steer) if steer is not None else None

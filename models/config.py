@@ -33,6 +33,8 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator,
 from assocmem.memories import NonParametric
 from assocmem.mixers import MixerSpec, get_preset
 
+from assocmem.mixers.foh import FOHConfig
+
 from .steer import SteerConfig
 
 LayerEntry = str | MixerSpec
@@ -90,6 +92,9 @@ class HybridConfig(BaseModel):
     max_positions: int | None = Field(
         None, gt=0, description="rows of the learned position table (required with position_embedding: learned); "
         "longer inputs are refused")
+    foh_layers: dict[int, FOHConfig] = Field(
+        default_factory=dict, description="0-indexed layers whose mixer is seed 003's Fourier-Only Attention "
+        "(mixers/foh.py) instead of the pattern's: {mode: circular|causal, seq_len}")
     steer: dict[int, SteerConfig] = Field(
         default_factory=dict, description="spectral steering of a block's update along the sequence, by 0-indexed "
         "layer: {kind: lowpass|highpass, cutoff, mode: circular|causal, seq_len} (seed 003's ST-1; models/steer.py)")
@@ -127,8 +132,9 @@ class HybridConfig(BaseModel):
             if unknown:
                 raise ValueError(f"{field} name layers {unknown} that are not in the model; layer names used: "
                                  f"{sorted(names | spec_names)}")
-        if self.steer:
-            _check_indices("steer", sorted(self.steer), len(entries))
+        for field in ("steer", "foh_layers"):
+            if getattr(self, field):
+                _check_indices(field, sorted(getattr(self, field)), len(entries))
         if isinstance(self.mlp_layers, list):
             _check_indices("mlp_layers", self.mlp_layers, len(entries))
         self._plan, self._plan_key = self._resolve_plan(entries), self._fingerprint()  # errors surface here

@@ -148,7 +148,7 @@ class AssocMemModel(AssocMemPreTrainedModel):
                                 if hc.position_embedding == "learned" else None)
         self.layers = nn.ModuleList(
             Block(layer.spec, hc.d_model, mlp_hidden=width if layer.mlp else 0, norm_eps=hc.norm_eps, layer_idx=i,
-                  form=layer.form, mlp_kind=hc.mlp_kind, norm=hc.block_norm, steer=hc.steer.get(i))
+                  form=layer.form, mlp_kind=hc.mlp_kind, norm=hc.block_norm, steer=hc.steer.get(i), foh=hc.foh_layers.get(i))
             for i, layer in enumerate(hc.plan))
         self.norm = build_norm(hc.block_norm, hc.d_model, hc.norm_eps)
         self._cache_token = uuid.uuid4().hex[:8]

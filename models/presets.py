@@ -17,6 +17,11 @@ the transformer. Hybrids put attention at the Table 4.1 layers:
 they use the same 12 heads of 64.
 
 *-tiny: the same layer patterns at d_model 64 for tests and CPU experiments.
+
+st1-tiny (seed 003 Table 8 at d_model 64, byte vocabulary 257, sequences of 128): ST-1 as written
+(circular steering and FOH, which see the future); st1-tiny-causal: the same with the causal filters;
+st1-tiny-baseline: the same transformer without steering or FOH. SpectralKV (Table 8's "KV bins")
+is not built: those layers are plain attention.
 """
 from __future__ import annotations
 
@@ -48,12 +53,29 @@ def _thesis(d: int, heads: int, vocab: int, mlp: int, recurrent: str | None, pct
                         tie_embeddings=False)
 
 
+def _st1(mode: str | None, d: int = 64, seq_len: int = 128, vocab: int = 257) -> HybridConfig:
+    """Seed 003 Table 8 at width d: 6 attention layers (4 heads, learned positions, no RoPE, MLP 4d); steering
+    L0 low-pass 8, L1 low-pass 16, L4 high-pass 32, L5 high-pass 16 (bins of a seq_len rfft); L2 is FOH.
+    mode None: the same transformer without steering and FOH (the paper's baseline)."""
+    steer, foh = {}, {}
+    if mode is not None:
+        steer = {i: {"kind": kind, "cutoff": cutoff, "mode": mode, "seq_len": seq_len}
+                 for i, kind, cutoff in ((0, "lowpass", 8), (1, "lowpass", 16), (4, "highpass", 32), (5, "highpass", 16))}
+        foh = {2: {"mode": mode, "seq_len": seq_len}}
+    return HybridConfig(d_model=d, vocab_size=vocab, layers="attn", n_layers=6, num_heads=4,
+                        overrides={"attn": {"rope": False}}, mlp_hidden=4 * d, position_embedding="learned",
+                        max_positions=seq_len, steer=steer, foh_layers=foh)
+
+
 def _registry() -> dict[str, Callable[[], HybridConfig]]:
     reg: dict[str, Callable[[], HybridConfig]] = {
         "nautile-370m": lambda: _nautile(1024, 16, 4, 16, 100300, NAUTILE_MLP_HIDDEN, 24),
         "nautile-tiny": lambda: _nautile(64, 4, 2, 4, 512, 170, 6),
         "thesis-150m-transformer": lambda: _thesis(768, 12, 32000, 3072, None, 0),
         "thesis-tiny-transformer": lambda: _thesis(64, 4, 512, 128, None, 0),
+        "st1-tiny": lambda: _st1("circular"),
+        "st1-tiny-causal": lambda: _st1("causal"),
+        "st1-tiny-baseline": lambda: _st1(None),
     }
     for mixer in ("gdn", "mamba2"):
         for pct in TABLE_4_1:

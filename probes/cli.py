@@ -1,4 +1,4 @@
-"""``assocmem probe graph-tracing | recall | causality | capacity | hybrid-experiment | sounding | grokking-experiment``.
+"""``assocmem probe graph-tracing | recall | causality | capacity | hybrid-experiment | sounding | grokking-experiment | leak-experiment``.
 
 Every probe writes <out>/<probe>.json and its PNG figures into the output folder
 named by ``--out`` and prints that folder when done. An existing non-empty
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from assocmem.memories.deprecation import moved, names_in
 
-from . import experiment_hybrid, grokking, sounding
+from . import experiment_hybrid, grokking, leak, sounding
 from . import io as probe_io
 from .io import add_common_flags, write_json
 
@@ -34,6 +34,7 @@ def register(subparsers) -> None:
     experiment_hybrid.register(sub)
     sounding.register(sub)
     grokking.register(sub)
+    leak.register(sub)
 
 
 def _run(fn, args) -> int:

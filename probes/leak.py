@@ -1,0 +1,294 @@
+"""Seed 003 §7.3 on this machine: is ST-1's "spectral snap" a look at the future?
+
+ST-1 as the paper writes it filters each block's update with an rfft mask over the whole sequence
+and mixes its middle layer with a circular FFT convolution (FOH, eq. 6): both let position t read
+positions after t, so the next byte is visible to the model that has to predict it. This experiment
+trains three byte-level models of equal size on a local text and measures, after every epoch,
+
+    bpc          bits per byte by teacher forcing on the held-out blocks (what the paper reports)
+    bpc_control  the same prediction with every byte after the predicted position replaced by a random
+                 byte: a causal model gives exactly bpc (it never reads those bytes); a model that reads
+                 the future loses what it read there
+    snap         the paper's definition: the first epoch whose held-out BPC is more than 30 % below the
+                 BPC 10 epochs earlier (from the untrained model at epoch 0)
+
+    models       baseline        st1-tiny-baseline: 6 attention layers, learned positions, no steering
+                 st1_as_written  st1-tiny: Table 8's low/high-pass steering and FOH, circular as written,
+                                 + FGP on the position embedding (top-32 modes, §7.1)
+                 st1_causal      st1-tiny-causal: the same with the causal filters and causal FOH, + FGP
+
+If the as-written model's bpc collapses while its bpc_control does not, and the causal model tracks
+the baseline, the snap is a leak.
+
+    assocmem probe leak-experiment --text FILE --seeds 0 1 2 --epochs 20 --out runs/leak --result leak.json
+"""
+from __future__ import annotations
+
+import concurrent.futures as futures
+import json
+import math
+import multiprocessing
+import time
+from pathlib import Path
+
+MODELS = {"baseline": "st1-tiny-baseline", "st1_as_written": "st1-tiny", "st1_causal": "st1-tiny-causal"}
+FGP_POSITIONS = {"kind": "fgp_adaptive", "param": "model.embed_positions.weight", "top_k": 32}
+SNAP_DROP, SNAP_WINDOW = 0.30, 10
+
+# Seed 003 Table 10 (3 seeds, TinyStories characters, 1000 epochs): BPC at epoch 1 / 100 / terminal, snap epoch.
+PAPER = {"baseline": {"bpc_epoch_1": 6.85, "bpc_epoch_100": 3.63, "terminal_bpc": 1.907, "snap": None},
+         "st1_as_written": {"bpc_epoch_1": 7.61, "bpc_epoch_100": 1.222, "terminal_bpc": 0.018, "snap": 10}}
+
+
+def leak_config(model: str, seed: int, text: Path, epochs: int, run_dir: Path, *, lr: float = 1e-3) -> dict:
+    """The TrainConfig dict of one run."""
+    if model not in MODELS:
+        raise ValueError(f"unknown model {model!r}; choose from {list(MODELS)}")
+    return {
+        "name": run_dir.name, "output_dir": str(run_dir.parent), "seed": seed,
+        "model": {"preset": MODELS[model]},
+        "data": {"kind": "files", "train_files": [str(text)], "eval_fraction": 0.1, "seq_len": 128,
+                 "tokenizer": "bytes", "sample_by": "document"},
+        "optim": {"lr": lr, "weight_decay": 0.1, "warmup_steps": min(20, epochs), "min_lr_ratio": 0.1},
+        "train": {"epochs": epochs, "batch_size": 32, "eval_batch_size": 64, "threads": 1, "progress": False,
+                  "grad_transforms": [] if model == "baseline" else [FGP_POSITIONS]},
+    }
+
+
+# ---------------------------------------------------------------- measures
+def bits(nats: float) -> float:
+    return nats / math.log(2)
+
+
+def future_control(model, data, *, cuts_per_block: int, seed: int, batch_size: int = 64) -> tuple[float, float]:
+    """(bpc by teacher forcing, bpc with the future replaced by random bytes) at random cut positions.
+
+    For every held-out block x [T] and each of ``cuts_per_block`` cut positions c ∈ [0, T − 2] (seeded),
+    the logits at c score x[c + 1] twice: on x itself, and on x with x[c + 1:] replaced by uniform
+    random bytes. Returns both means in bits per byte.
+    """
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.as_tensor(np.stack(data.with_format("numpy")["input_ids"]), dtype=torch.long)  # [N, T]
+    N, T = ids.shape
+    cuts = torch.randint(0, T - 1, (N, cuts_per_block), generator=gen)                     # [N, C]
+    rows = ids.repeat_interleave(cuts_per_block, 0)                                          # [N·C, T]
+    cut = cuts.flatten()
+    noise = torch.randint(0, 256, rows.shape, generator=gen)
+    future = torch.arange(T)[None, :] > cut[:, None]
+    control = torch.where(future, noise, rows)
+    targets = rows[torch.arange(len(rows)), cut + 1]
+    nll_tf = nll_ctrl = 0.0
+    model.eval()
+    with torch.no_grad():
+        for s in range(0, len(rows), batch_size):
+            sl = slice(s, s + batch_size)
+            pick = torch.arange(len(rows[sl])), cut[sl]
+            for seqs, acc in ((rows[sl], "tf"), (control[sl], "ctrl")):
+                logits = model(input_ids=seqs).logits[pick]                                 # [b, V]
+                value = float(F.cross_entropy(logits.float(), targets[sl], reduction="sum"))
+                if acc == "tf":
+                    nll_tf += value
+                else:
+                    nll_ctrl += value
+    return bits(nll_tf / len(rows)), bits(nll_ctrl / len(rows))
+
+
+def snap_epoch(curve: list[tuple[int, float]], drop: float = SNAP_DROP, window: int = SNAP_WINDOW) -> int | None:
+    """The paper's snap: the first epoch e whose BPC is below (1 − drop) × the BPC at epoch e − window
+    (the earliest measured epoch when e < window)."""
+    values = dict(curve)
+    first = curve[0][0]
+    for e, v in curve[1:]:
+        ref = values.get(max(first, e - window))
+        if ref is not None and v < (1 - drop) * ref:
+            return e
+    return None
+
+
+# ---------------------------------------------------------------- one run (a worker process)
+def run_one(cfg_dict: dict, *, cuts_per_block: int) -> dict:
+    """Train one model epoch by epoch; after each epoch, held-out bpc and bpc_control."""
+    import torch
+
+    from assocmem.training.config import config_from_dict
+    from assocmem.training.distributed import init_distributed
+    from assocmem.training.loop import Trainer
+
+    torch.set_num_threads(1)
+    cfg = config_from_dict(cfg_dict)
+    run_dir = Path(cfg.output_dir) / cfg.name
+    run_dir.mkdir(parents=True, exist_ok=True)
+    trainer = Trainer(cfg, init_distributed("cpu"), run_dir, resume=False)
+    steps_per_epoch = math.ceil(len(trainer.train_ds) / cfg.train.batch_size)
+    start, cpu = time.perf_counter(), time.process_time()
+    curve, control, train_bpc = [], [], []
+
+    def measure(epoch: int) -> None:
+        tf, ctrl = future_control(trainer.model, trainer.eval_ds, cuts_per_block=cuts_per_block, seed=epoch)
+        trainer.model.train()
+        curve.append((epoch, bits(trainer.evaluate()["loss"])))
+        control.append((epoch, tf, ctrl))
+
+    measure(0)
+    while trainer.step < trainer.total_steps:
+        losses = [trainer.train_step()["loss"] for _ in range(min(steps_per_epoch, trainer.total_steps - trainer.step))]
+        epoch = math.ceil(trainer.step / steps_per_epoch)
+        train_bpc.append((epoch, bits(sum(losses) / len(losses))))
+        measure(epoch)
+    if trainer.log is not None:
+        trainer.log.close()
+    last = control[-1]
+    record = {"name": cfg.name, "seed": cfg.seed, "preset": cfg.model.preset, "epochs": curve[-1][0],
+              "steps_per_epoch": steps_per_epoch, "final_bpc": curve[-1][1], "final_bpc_tf_at_cuts": last[1],
+              "final_bpc_control": last[2], "snap_epoch": snap_epoch(curve), "bpc_curve": curve,
+              "control_curve": control, "train_bpc": train_bpc, "minutes": (time.perf_counter() - start) / 60,
+              "cpu_minutes": (time.process_time() - cpu) / 60,
+              "parameters": sum(p.numel() for p in trainer.model.parameters())}
+    (run_dir / "leak.json").write_text(json.dumps(record))
+    return record
+
+
+# ---------------------------------------------------------------- the experiment
+def run_experiment(*, text: Path, seeds: list[int], models: list[str], epochs: int, jobs: int, out: Path,
+                   cuts_per_block: int) -> list[dict]:
+    todo = [(m, s) for m in models for s in seeds]
+    configs = [leak_config(m, s, text, epochs, out / "runs" / f"{m}-s{s}") for m, s in todo]
+    records = []
+    ctx = multiprocessing.get_context("spawn")
+    with futures.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+        pending = {pool.submit(run_one, c, cuts_per_block=cuts_per_block): key for c, key in zip(configs, todo)}
+        for done in futures.as_completed(pending):
+            m, s = pending[done]
+            rec = {**done.result(), "model": m}
+            records.append(rec)
+            print(f"{m:15s} seed {s}: bpc {rec['final_bpc']:.3f}, control {rec['final_bpc_control']:.3f} "
+                  f"(teacher forcing at the same cuts {rec['final_bpc_tf_at_cuts']:.3f}), snap {rec['snap_epoch']}, "
+                  f"{rec['minutes']:.1f} min, {rec['cpu_minutes']:.1f} CPU min", flush=True)
+    order = {key: i for i, key in enumerate(todo)}
+    return sorted(records, key=lambda r: order[(r["model"], r["seed"])])
+
+
+def summarize(records: list[dict]) -> list[dict]:
+    rows = []
+    for m in dict.fromkeys(r["model"] for r in records):
+        runs = [r for r in records if r["model"] == m]
+        stat = lambda key: _stats([r[key] for r in runs])  # noqa: E731
+        snaps = [r["snap_epoch"] for r in runs]
+        rows.append({"model": m, "seeds": len(runs), "bpc": stat("final_bpc"), "bpc_tf_at_cuts": stat("final_bpc_tf_at_cuts"),
+                     "bpc_control": stat("final_bpc_control"), "snapped": sum(s is not None for s in snaps),
+                     "snap_epoch": _stats(snaps), "epochs": runs[0]["epochs"], "paper": PAPER.get(m)})
+    return rows
+
+
+def _stats(values: list) -> dict:
+    got = [float(v) for v in values if v is not None]
+    if not got:
+        return {"mean": None, "min": None, "max": None, "n": 0}
+    return {"mean": sum(got) / len(got), "min": min(got), "max": max(got), "n": len(got)}
+
+
+def markdown_table(rows: list[dict]) -> str:
+    fmt = lambda s, d=3: "—" if s["mean"] is None else f"{s['mean']:.{d}f} [{s['min']:.{d}f}, {s['max']:.{d}f}]"  # noqa: E731
+    lines = ["| model | held-out BPC (teacher forcing) | BPC, future replaced by random bytes | "
+             "teacher forcing at the same positions | snap (> 30 % in 10 epochs) | paper: terminal BPC / snap |",
+             "|---|---|---|---|---|---|"]
+    for r in rows:
+        paper = r["paper"]
+        p = "—" if paper is None else f"{paper['terminal_bpc']} / {paper['snap'] or 'none'}"
+        lines.append(f"| {r['model']} | {fmt(r['bpc'])} | {fmt(r['bpc_control'])} | {fmt(r['bpc_tf_at_cuts'])} | "
+                     f"{r['snapped']}/{r['seeds']} at {fmt(r['snap_epoch'], 0)} | {p} |")
+    return "\n".join(lines) + "\n"
+
+
+def save_curves(records: list[dict], path: Path) -> Path:
+    from .plotting import plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4))
+    colours = {m: f"C{i}" for i, m in enumerate(MODELS)}
+    seen = set()
+    for r in records:
+        label = None if r["model"] in seen else r["model"]
+        seen.add(r["model"])
+        e, v = zip(*r["bpc_curve"])
+        left.plot(e, v, color=colours[r["model"]], label=label)
+        e, tf, ctrl = zip(*r["control_curve"])
+        right.plot(e, ctrl, color=colours[r["model"]], label=label)
+        right.plot(e, tf, color=colours[r["model"]], ls=":")
+    left.set_title("held-out BPC (teacher forcing)")
+    right.set_title("BPC with the future replaced by random bytes (dotted: teacher forcing)")
+    for ax in (left, right):
+        ax.set_xlabel("epoch")
+        ax.set_yscale("log")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+# ---------------------------------------------------------------- command line
+def register(sub) -> None:
+    """``assocmem probe leak-experiment`` (called by probes/cli.py)."""
+    from .io import add_common_flags
+
+    g = sub.add_parser("leak-experiment", help="seed 003 §7.3: ST-1 as written vs causal vs baseline, BPC and "
+                       "BPC with the future replaced by random bytes")
+    g.add_argument("--text", required=True, help="a local text file (byte-level; the last 10 %% of blocks held out)")
+    g.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds (default 0 1 2)")
+    g.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS), help="models")
+    g.add_argument("--epochs", type=int, default=20, help="passes over the training blocks (default 20)")
+    g.add_argument("--cuts", type=int, default=4, help="control cut positions per held-out block (default 4)")
+    g.add_argument("--jobs", type=int, default=2, help="runs at once, one torch thread each (default 2)")
+    g.add_argument("--result", help="also write the result record (training/results.py) to this JSON file")
+    add_common_flags(g)
+    g.set_defaults(func=_cli)
+
+
+def _cli(args) -> int:
+    import sys
+
+    try:
+        out = run_cli(args)
+    except (FileExistsError, FileNotFoundError, ValueError) as err:
+        print(f"assocmem probe leak-experiment: {err}", file=sys.stderr)
+        return 2
+    print(out)
+    return 0
+
+
+def run_cli(args) -> Path:
+    from assocmem.training.results import command_line, write_result
+
+    from .io import prepare_out
+
+    text = Path(args.text)
+    if not text.is_file():
+        raise FileNotFoundError(f"--text {text} is not a file")
+    if args.result and Path(args.result).exists() and not args.overwrite:
+        raise FileExistsError(f"--result {args.result} exists; pass --overwrite to replace it")
+    out = prepare_out(args.out, args.overwrite)
+    start = time.perf_counter()
+    records = run_experiment(text=text.resolve(), seeds=args.seeds, models=args.models, epochs=args.epochs,
+                             jobs=args.jobs, out=out, cuts_per_block=args.cuts)
+    rows = summarize(records)
+    minutes = (time.perf_counter() - start) / 60
+    (out / "leak.json").write_text(json.dumps({"rows": rows, "runs": records, "minutes": minutes}, indent=1))
+    (out / "leak.md").write_text(markdown_table(rows))
+    save_curves(records, out / "leak.png")
+    print(markdown_table(rows), end="")
+    print(f"{minutes:.1f} min")
+    if args.result:
+        per_seed = {s: {f"{r['model']}/{k}": r[k] for r in records if r["seed"] == s
+                        for k in ("final_bpc", "final_bpc_control", "final_bpc_tf_at_cuts")} for s in args.seeds}
+        extra = {"rows": rows, "minutes": minutes, "epochs": args.epochs, "text": text.name, "jobs": args.jobs,
+                 "curves": {r["name"]: {"bpc": r["bpc_curve"], "control": r["control_curve"]} for r in records},
+                 "snap_epoch": {r["name"]: r["snap_epoch"] for r in records}}
+        write_result(args.result, name="spectral-leak", command=command_line("assocmem"), seeds=args.seeds,
+                     per_seed=per_seed, extra=extra, overwrite=args.overwrite,
+                     description="Seed 003 §7.3: byte-level ST-1 (as written, causal) vs baseline on a local text; "
+                                 "held-out BPC and BPC with the future replaced by random bytes")
+    return out
