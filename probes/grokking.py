@@ -4,10 +4,10 @@
 The model and recipe are Nanda et al. 2023's (progress-measures-paper, ``Config``): one layer, d 128,
 4 heads of 32, ReLU MLP 512 with biases, no LayerNorm, learned positions, untied embed/unembed,
 weights ~ N(0, 1/d); full-batch AdamW (lr 1e-3, weight decay 1.0, betas 0.9/0.98, 10 warm-up steps,
-then constant), 30 % of the p² pairs train. Differences, all stated in the README: our AdamW decays
-only matrices (their biases are decayed too), the split is numpy's permutation (theirs Python's
-``random.shuffle``), and the sequence carries the answer as a 4th token so that HF-aligned labels score
-the '=' position (causal: it changes no number).
+then constant), 30 % of the p² pairs train (their split: the ``modular`` data kind). Differences, all
+stated in the README: our AdamW decays only matrices (their biases are decayed too), and the sequence
+carries the answer as a 4th token so that HF-aligned labels score the '=' position (causal: it
+changes no number).
 
 Variants (``VARIANTS``): the baseline, PFFT with the paper's Table 1 sets on W_E's token axis (the p
 number rows; the '=' row is left alone), adaptive FGP (top-5 modes per step) and GrokFast-EMA (α 0.98,
