@@ -178,3 +178,17 @@ register(Reproducible(
             Check("st1_causal/final_bpc", atol=0.3)),
     minutes_per_seed=2.5,
 ))
+
+register(Reproducible(
+    name="spectral-grokking",
+    description="Seed 003 §5 on Nanda et al. 2023's one-layer model, (a + b) mod 97: held-out accuracy and "
+                "epochs-to-grokking of the baseline, PFFT {30,35,40,45,48} and GrokFast-EMA within 200 epochs",
+    command=("probe", "grokking-experiment", "--p", "97", "--seeds", "{seeds}", "--variants", "baseline",
+             "pfft_wrong_high", "grokfast_ema", "--epochs", "200", "--eval-every", "10", "--jobs", "1",
+             "--out", "{out}", "--result", "{result}"),
+    seeds=(0, 1, 2),
+    checks=(Check("p97/pfft_wrong_high/final_val_accuracy", atol=0.05),
+            Check("p97/baseline/final_val_accuracy", atol=0.05)),
+    minutes_per_seed=3.0,
+))
+
