@@ -63,7 +63,7 @@ def _st1(mode: str | None, d: int = 64, seq_len: int = 128, vocab: int = 257) ->
                  for i, kind, cutoff in ((0, "lowpass", 8), (1, "lowpass", 16), (4, "highpass", 32), (5, "highpass", 16))}
         foh = {2: {"mode": mode, "seq_len": seq_len}}
     return HybridConfig(d_model=d, vocab_size=vocab, layers="attn", n_layers=6, num_heads=4,
-                        overrides={"attn": {"rope": False}}, mlp_hidden=4 * d, position_embedding="learned",
+                        overrides={"attn": {"attention": {"rope": False}}}, mlp_hidden=4 * d, position_embedding="learned",
                         max_positions=seq_len, steer=steer, foh_layers=foh)
 
 

@@ -57,7 +57,7 @@ def nanda_config(p: int, seed: int, variant: str, epochs: int, run_dir: Path) ->
     num_train = int(0.3 * p * p)
     return {
         "name": run_dir.name, "output_dir": str(run_dir.parent), "seed": seed,
-        "model": {"hybrid": {"d_model": 128, "layers": "attn", "num_heads": 4, "overrides": {"attn": {"rope": False}},
+        "model": {"hybrid": {"d_model": 128, "layers": "attn", "num_heads": 4, "overrides": {"attn": {"attention": {"rope": False}}},
                              "mlp_kind": "relu", "mlp_hidden": 512, "block_norm": "none",
                              "position_embedding": "learned", "max_positions": 4, "tie_embeddings": False,
                              "init_std": 128 ** -0.5}},

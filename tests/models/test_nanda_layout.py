@@ -14,7 +14,7 @@ P, D, HEADS, MLP = 11, 16, 4, 24
 
 
 def nanda_config(**change) -> HybridConfig:
-    fields = dict(d_model=D, vocab_size=P + 1, layers="attn", num_heads=HEADS, overrides={"attn": {"rope": False}},
+    fields = dict(d_model=D, vocab_size=P + 1, layers="attn", num_heads=HEADS, overrides={"attn": {"attention": {"rope": False}}},
                   mlp_kind="relu", mlp_hidden=MLP, block_norm="none", position_embedding="learned", max_positions=4,
                   tie_embeddings=False, init_std=D ** -0.5)
     return HybridConfig(**{**fields, **change})
