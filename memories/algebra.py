@@ -2,7 +2,7 @@
 each valid combination falls in. One place, used by MixerSpec validation,
 ``derive(...).describe()`` and the lowering rules in mixers/lower.py.
 
-Classes (ARCHITECTURE.md, "lower"):
+Classes (their forms: the class table in mixers/lower.py):
 
     hebbian        Matrix + DotProduct + (None | L2Decay) + RetainThenGD (K steps: one with K·β),
                    or + GD with one step (K steps: only without retention)

@@ -160,7 +160,7 @@ def _run_parametric(spec, token, q, k, v, log_alpha, beta, eta, scale, initial_s
 # ---------------------------------------------------------------- spectral
 
 
-def _spectral_token(bias, den_floor):
+def _spectral_token(bias):
     """Closed-form write of one token into the sufficient statistics (den, num),
     with the linear term and the curvature read off the bias by autograd."""
 
@@ -192,7 +192,7 @@ def _run_spectral(spec, q, k, v, beta, theta, weights, scale, initial_state):
         den, num = initial_state
     p = q.new_ones(B, T, H) if beta is None else beta
     head = (0, 0, 0, 0, 0, 0)  # vmap over heads: theta [H, D, M] is per head
-    write = vmap(vmap(_spectral_token(spec.bias, floor), in_dims=head), in_dims=(0, 0, 0, 0, 0, None))
+    write = vmap(vmap(_spectral_token(spec.bias), in_dims=head), in_dims=(0, 0, 0, 0, 0, None))
     read = vmap(vmap(lambda d, n, qq, w: _spectral_read(d, n, qq, w, scale, floor),
                      in_dims=(0, 0, 0, 0)), in_dims=(0, 0, 0, None))
     outs = []

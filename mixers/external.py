@@ -132,7 +132,7 @@ def _mamba2_chunk_scan() -> Callable | None:
         return None
 
     def fn(q, k, v, *, log_alpha, beta, scale=None, initial_state=None, output_final_state=False, chunk_size=64):
-        """Mamba2 = hebbian with q=C, k=B, write Δ·x (β = Δ, v = x), log a = Δ·A, scale 1 (REFERENCES §2)."""
+        """Mamba2 = hebbian with q=C, k=B, write Δ·x (β = Δ, v = x), log a = Δ·A, scale 1 (Dao & Gu 2024)."""
         A = (log_alpha / beta)[0, 0]  # (H,): constant per head by construction of Mamba2's gates
         eps = torch.finfo(log_alpha.dtype).eps
         if not torch.allclose(log_alpha, beta * A, atol=100 * eps, rtol=100 * eps):

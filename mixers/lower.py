@@ -19,7 +19,7 @@ numerically and never switched by sequence length or environment.
 
 "recurrent" is the hand-written recurrence of the published rule (scan: the derived step,
 uncompiled; its published rule, where one exists, is in references.py). Every form of a
-class has the op contract of the class (ARCHITECTURE.md, "Functional op contract").
+class has the op contract of the class (mixers/ops/contract.py).
 A new family is one ops file, one row here and, if its class is new, one branch of
 ``family_of``.
 

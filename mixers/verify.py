@@ -8,7 +8,7 @@ ground truth) with
   1. the hand-written recurrence of the published rule, where one exists (with
      recurrent depth K > 1: the hand-written unrolled K-step loop);
   2. every exact lowered form (chunk, prefix sum, SDPA, compiled scan);
-  3. the external references of REFERENCES.md §2 that are installed;
+  3. the external references (external.py: transformers, FLA) that are installed;
 
 on outputs, final states and input gradients (one random cotangent), and
 report the max abs error of each pair. For the Gated DeltaNet composition

@@ -1,6 +1,6 @@
 """Model presets from the seed documents, and tiny versions for tests and CPU runs.
 
-nautile-370m (Nautile paper §2.1; REFERENCES §5): d_model 1024, 24 layers
+nautile-370m (Nautile paper §2.1): d_model 1024, 24 layers
 "sca,sca,attn" (16 SCA + 8 attention), attention 16 heads / 4 KV heads with
 RoPE and QK-norm, SCA with K = 16 heads, M = 2 points, expand 2 (H = 64),
 readout expand 3, conv 4; tied embeddings, vocab 100300. SCA blocks have no

@@ -94,7 +94,7 @@ def _matrix_capacity(spec, fn, N, K, V, trials, beta, gen, dtype) -> tuple[torch
     return r, v
 
 
-def _spectral_capacity(spec, fn, N, D, M, trials, gen, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def _spectral_capacity(fn, N, D, M, trials, gen, dtype) -> tuple[torch.Tensor, torch.Tensor]:
     u = 2.0 * torch.rand(trials, N, 1, D, generator=gen, dtype=dtype) - 1.0  # (B, N, H=1, D)
     v = torch.randn(trials, N, 1, D, generator=gen, dtype=dtype)
     theta = (math.pi / 2) * torch.arange(M, dtype=dtype).expand(1, D, M)  # (H, D, M)
@@ -161,7 +161,7 @@ def memory_capacity(
     raw, scaled = [], []
     for N in num_pairs:
         if isinstance(mem, Spectral):
-            r, v = _spectral_capacity(spec, lowered.fn, N, V, M, trials, gen, dtype)
+            r, v = _spectral_capacity(lowered.fn, N, V, M, trials, gen, dtype)
         elif isinstance(mem, NonParametric):
             r, v = _nonparametric_capacity(lowered.fn, N, K, V, trials, nw_scale or float(K), gen, dtype)
         else:

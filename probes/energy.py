@@ -1,4 +1,4 @@
-"""Graph-alignment measures for node representations (Park et al. 2025, REFERENCES §3).
+"""Graph-alignment measures for node representations (Park et al. 2025).
 
 X ∈ R^{N×d} holds one representation per graph node (row i ↔ node i), A ∈ {0,1}^{N×N}
 is the graph's adjacency.
@@ -14,7 +14,7 @@ models of different widths we also report the energy ratio
 
 which is 1 for representations unrelated to the graph and < 1 when they follow it.
 
-The random-vector control (Arditi 2026, REFERENCES §3): random node vectors after one
+The random-vector control (Arditi 2026): random node vectors after one
 round of neighbour mixing already look graph-shaped under PCA, so a probe report
 shows this baseline beside the model.
 """

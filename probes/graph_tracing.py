@@ -1,5 +1,5 @@
 """In-context graph tracing (Park et al. 2025, "ICLR: In-Context Learning of
-Representations"; seed thesis §4.3.1; REFERENCES §3).
+Representations"; thesis §4.3.1).
 
 Each node of a graph (4×4 grid, ring of 10, hexagonal lattice) is a token with no
 relation to the graph; a model reads random walks on the graph. We measure, against

@@ -1,4 +1,4 @@
-"""Associative recall (MQAR, Zoology; REFERENCES §4) against key-value pairs and state size.
+"""Associative recall (MQAR, Zoology: Arora et al. 2023) against key-value pairs and state size.
 
 - ``mqar_accuracy(model, ...)``: fraction of query positions whose arg-max next-token
   prediction is the stored value (HF-aligned labels from ``training.tasks.mqar_arrays``).

@@ -111,7 +111,7 @@ class _DataBase(_Strict):
 
 
 class MQARData(_DataBase):
-    """Zoology's multi-query associative recall (REFERENCES.md §4)."""
+    """Zoology's multi-query associative recall (Arora et al. 2023)."""
 
     kind: Literal["mqar"] = "mqar"
     seq_len: int = Field(256, gt=0, description="sequence length L")
@@ -122,7 +122,7 @@ class MQARData(_DataBase):
 
 
 class GraphWalkData(_DataBase):
-    """Random walks on a fresh random graph per sequence (REFERENCES.md §3)."""
+    """Random walks on a fresh random graph per sequence (Park et al. 2025)."""
 
     kind: Literal["graph_walk"] = "graph_walk"
     seq_len: int = Field(256, gt=0, description="walk length in tokens")

@@ -1,7 +1,7 @@
 """Graphs and random walks for in-context graph tracing (Park et al. 2025).
 
-The three graph families of "ICLR: In-Context Learning of Representations"
-(REFERENCES.md §3): a 4×4 grid, a ring of 10 nodes (i ~ i±1) and a hexagonal
+The three graph families of "ICLR: In-Context Learning of Representations":
+a 4×4 grid, a ring of 10 nodes (i ~ i±1) and a hexagonal
 lattice (``networkx.hexagonal_lattice_graph(3, 3)``, 30 nodes). Nodes are
 relabelled to the integers 0..N-1 (in networkx's sorted node order) and every
 node keeps a ``"pos"`` attribute (x, y) for drawing. Walks move uniformly over

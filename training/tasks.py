@@ -6,9 +6,9 @@ are scored against ``labels[t + 1]``; -100 marks unsupervised positions. Hence
 ``model(input_ids=..., labels=...).loss`` of any HF causal LM is the task loss.
 
 - ``mqar_dataset``: multi-query associative recall, constructed as in Zoology
-  (Arora et al. 2023; REFERENCES.md §4).
+  (Arora et al. 2023).
 - ``graph_walk_dataset``: in-context random walks on a fresh random graph per
-  sequence (Park et al. 2025; REFERENCES.md §3).
+  sequence (Park et al. 2025).
 - ``selective_copy_dataset``: selective copying (Gu & Dao 2023, Mamba §4.1.1).
 """
 from __future__ import annotations

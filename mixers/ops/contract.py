@@ -1,4 +1,4 @@
-"""Input checks of the functional op contract for matrix-state ops (ARCHITECTURE.md).
+"""Input checks of the functional op contract for matrix-state ops.
 
 One checker for every op whose state is S ∈ R^{K×V} per head (hebbian and delta families):
 

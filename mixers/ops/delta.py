@@ -1,7 +1,8 @@
 """Delta-rule family: DeltaNet, Gated DeltaNet, Longhorn, the "joint" GD variant and KDA.
 
 Per head the state is S ∈ R^{K×V}; the read-out comes after the write,
-o_t = S_tᵀ (scale · q_t) (REFERENCES.md §1). With α_t = exp(log_alpha_t):
+o_t = S_tᵀ (scale · q_t) (DeltaNet: Schlag et al. 2021, Yang et al. 2024; Gated DeltaNet:
+Yang et al. 2025; Longhorn: Liu et al. 2024; KDA: Kimi Team 2025). With α_t = exp(log_alpha_t):
 
     DeltaNet         S_t = (I − β_t k_t k_tᵀ) S_{t−1} + β_t k_t v_tᵀ
     Gated DeltaNet   S_t = α_t (I − β_t k_t k_tᵀ) S_{t−1} + β_t k_t v_tᵀ      (retain, then one GD step)
@@ -25,7 +26,7 @@ float32 (−700 in float64), else β/α overflows. With per-key α it is a
 diagonal-plus-rank-one transition (RWKV-7-like) and uses the per-key chunk
 form in ``delta_chunk.py``.
 
-Forms, one contract (ARCHITECTURE.md, "Functional op contract"):
+Forms, one contract (checked by contract.py):
 
     o, S = <form>(q, k, v, *, log_alpha=None, beta=None, scale=None,
                   initial_state=None, output_final_state=False[, chunk_size=None])
@@ -43,12 +44,10 @@ and float64 compute in their own dtype. Gates are cast to the compute dtype.
 """
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
 
 from .contract import check_chunk_size, check_matrix_inputs
-from .delta_chunk import chunk_key_decay, chunk_scalar_decay, default_chunk_size
+from .delta_chunk import DeltaInputs, chunk_key_decay, chunk_scalar_decay, default_chunk_size
 
 __all__ = [
     "recurrent_delta_rule", "recurrent_longhorn", "recurrent_delta_rule_joint",
@@ -57,24 +56,13 @@ __all__ = [
 ]
 
 
-class _Inputs(NamedTuple):
-    """Validated inputs in the compute dtype, defaults filled in."""
-    q: torch.Tensor                 # [B, T, H, K]
-    k: torch.Tensor                 # [B, T, H, K]
-    v: torch.Tensor                 # [B, T, H, V]
-    log_alpha: torch.Tensor | None  # None, [B, T, H] or [B, T, H, K]
-    beta: torch.Tensor              # [B, T, H]
-    state: torch.Tensor             # [B, H, K, V]
-    scale: float                    # read-out scale (K**-0.5 by default)
-
-
-def _prepare(fn: str, q, k, v, log_alpha, beta, scale, initial_state, *, per_key: bool) -> _Inputs:
+def _prepare(fn: str, q, k, v, log_alpha, beta, scale, initial_state, *, per_key: bool) -> DeltaInputs:
     """Validate the op contract (``contract.py``) and return the inputs in the compute dtype."""
     cd = check_matrix_inputs(fn, q, k, v, log_alpha, beta, scale, initial_state, per_key=per_key,
                              per_key_hint=" (per-key decay [B, T, H, K]: use the joint variant or KDA)")
     B, T, H, K = q.shape
     V = v.shape[-1]
-    return _Inputs(
+    return DeltaInputs(
         q=q.to(cd), k=k.to(cd), v=v.to(cd),
         log_alpha=None if log_alpha is None else log_alpha.to(cd),
         beta=q.new_ones(B, T, H, dtype=cd) if beta is None else beta.to(cd),
@@ -87,7 +75,7 @@ def _finish(o: torch.Tensor, S: torch.Tensor, dtype: torch.dtype, output_final_s
     return o.to(dtype), (S if output_final_state else None)
 
 
-def _longhorn_step_size(x: _Inputs) -> _Inputs:
+def _longhorn_step_size(x: DeltaInputs) -> DeltaInputs:
     """Longhorn's exact proximal step: ε_t = β_t / (1 + β_t ‖k_t‖²)."""
     return x._replace(beta=x.beta / (1 + x.beta * (x.k * x.k).sum(-1)))  # (B, T, H)
 
@@ -96,7 +84,7 @@ def _longhorn_step_size(x: _Inputs) -> _Inputs:
 # Hand-written recurrences
 # --------------------------------------------------------------------------------------------
 
-def _delta_recurrence(x: _Inputs, *, joint: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def _delta_recurrence(x: DeltaInputs, *, joint: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """One token at a time. joint=False: Gated DeltaNet (retain, then GD); joint=True: one GD step at S_{t−1}."""
     S = x.state  # (B, H, K, V)
     outs = []
@@ -161,7 +149,7 @@ def chunk_delta_rule(q, k, v, *, log_alpha=None, beta=None, scale=None,
     """
     x = _prepare("chunk_delta_rule", q, k, v, log_alpha, beta, scale, initial_state, per_key=False)
     C = check_chunk_size("chunk_delta_rule", chunk_size, default_chunk_size(x.q.shape[-1]))
-    return _finish(*chunk_scalar_decay(*x, C), q.dtype, output_final_state)
+    return _finish(*chunk_scalar_decay(x, C), q.dtype, output_final_state)
 
 
 def chunk_longhorn(q, k, v, *, log_alpha=None, beta=None, scale=None,
@@ -169,7 +157,7 @@ def chunk_longhorn(q, k, v, *, log_alpha=None, beta=None, scale=None,
     """Chunkwise Longhorn: ``chunk_delta_rule`` with ε_t = β_t / (1 + β_t ‖k_t‖²)."""
     x = _prepare("chunk_longhorn", q, k, v, log_alpha, beta, scale, initial_state, per_key=False)
     C = check_chunk_size("chunk_longhorn", chunk_size, default_chunk_size(x.q.shape[-1]))
-    return _finish(*chunk_scalar_decay(*_longhorn_step_size(x), C), q.dtype, output_final_state)
+    return _finish(*chunk_scalar_decay(_longhorn_step_size(x), C), q.dtype, output_final_state)
 
 
 def chunk_delta_rule_joint(q, k, v, *, log_alpha=None, beta=None, scale=None,
@@ -183,10 +171,10 @@ def chunk_delta_rule_joint(q, k, v, *, log_alpha=None, beta=None, scale=None,
     x = _prepare("chunk_delta_rule_joint", q, k, v, log_alpha, beta, scale, initial_state, per_key=True)
     C = check_chunk_size("chunk_delta_rule_joint", chunk_size, default_chunk_size(x.q.shape[-1]))
     if x.log_alpha is not None and x.log_alpha.dim() == 4:
-        return _finish(*chunk_key_decay(*x, C, erase_reads_decayed=False), q.dtype, output_final_state)
+        return _finish(*chunk_key_decay(x, C, erase_reads_decayed=False), q.dtype, output_final_state)
     if x.log_alpha is not None:
         x = x._replace(beta=x.beta * (-x.log_alpha).exp(), v=x.v * x.log_alpha.exp()[..., None])
-    return _finish(*chunk_scalar_decay(*x, C), q.dtype, output_final_state)
+    return _finish(*chunk_scalar_decay(x, C), q.dtype, output_final_state)
 
 
 # --------------------------------------------------------------------------------------------
@@ -209,5 +197,5 @@ def chunk_kda(q, k, v, *, log_alpha=None, beta=None, scale=None,
     x = _prepare("chunk_kda", q, k, v, log_alpha, beta, scale, initial_state, per_key=True)
     C = check_chunk_size("chunk_kda", chunk_size, default_chunk_size(x.q.shape[-1]))
     if x.log_alpha is not None and x.log_alpha.dim() == 4:
-        return _finish(*chunk_key_decay(*x, C, erase_reads_decayed=True), q.dtype, output_final_state)
-    return _finish(*chunk_scalar_decay(*x, C), q.dtype, output_final_state)
+        return _finish(*chunk_key_decay(x, C, erase_reads_decayed=True), q.dtype, output_final_state)
+    return _finish(*chunk_scalar_decay(x, C), q.dtype, output_final_state)

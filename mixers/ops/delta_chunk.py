@@ -14,7 +14,8 @@ E_t = G_t (decayed read) or G_{t−1} (joint). Unrolling inside the chunk,
     u_t   = β_t v_t − β_t (e^{E_t} ⊙ k_t)ᵀ S_[n] − Σ_{s<t} β_t k_tᵀ (e^{E_t − G_s} ⊙ k_s) u_s,
 
 so with A_ts = β_t Σ_κ k_tκ k_sκ e^{E_tκ − G_sκ} (s < t, strictly lower) the UT
-transform T = (I + A)⁻¹ gives (REFERENCES.md §1)
+transform T = (I + A)⁻¹ gives (Yang et al. 2024, "Parallelizing Linear Transformers with
+the Delta Rule over Sequence Length", §3.2; ``minimal.chunk_delta_minimal`` in five steps)
 
     U = T (β ⊙ V),   W = T (β ⊙ e^{E} ⊙ K),   u = U − W S_[n]                 (1)
     O = (Q ⊙ e^{G}) S_[n] + P u,   P_ts = Σ_κ q_tκ k_sκ e^{G_tκ − G_sκ}, s ≤ t   (2)
@@ -60,15 +61,27 @@ import torch
 import torch.nn.functional as F
 
 from . import groups
+from .chunking import chunks
 from .inplace import records_grad, scaled
 
-__all__ = ["chunk_scalar_decay", "chunk_key_decay", "chunk_low_rank", "default_chunk_size"]
+__all__ = ["DeltaInputs", "chunk_scalar_decay", "chunk_key_decay", "chunk_low_rank", "default_chunk_size"]
 
 _BASE_BLOCK = 16  # triangular inverse: diagonal blocks inverted by torch.linalg.solve_triangular
 # tokens per group of chunks (groups.py); the [N, BH, C, C] and C³ terms here are smaller per token than
 # the hebbian form's, and 2048 measured fastest at T = 2048 and 8192 (K = 64, C = 32; 1024: 5-25 % slower)
 GROUP_TOKENS = 2048
 _SUB_CHUNK = 16  # per-key decay: largest sub-chunk (a divisor of chunk_size) with explicit [s, s, K] decays
+
+
+class DeltaInputs(NamedTuple):
+    """Validated inputs of a delta-rule op (``delta.py``) in the compute dtype, defaults filled in."""
+    q: torch.Tensor                 # [B, T, H, K]
+    k: torch.Tensor                 # [B, T, H, K]
+    v: torch.Tensor                 # [B, T, H, V]
+    log_alpha: torch.Tensor | None  # None, [B, T, H] or [B, T, H, K]
+    beta: torch.Tensor              # [B, T, H]
+    state: torch.Tensor             # [B, H, K, V]
+    scale: float                    # read-out scale (K**-0.5 by default)
 
 
 def default_chunk_size(K: int) -> int:
@@ -81,21 +94,6 @@ def default_chunk_size(K: int) -> int:
     (to rounding).
     """
     return min(64, max(16, K // 2))
-
-
-def _chunks(x: torch.Tensor, C: int) -> torch.Tensor:
-    """[B, T, H, ...] -> [N, B*H, C, ...], a fresh contiguous tensor, zero-padded at the end to N = ceil(T / C) chunks.
-
-    Zero padding means β = 0 (no write) and log α = 0 (no decay): padded tokens leave S unchanged.
-    """
-    B, T, H = x.shape[:3]
-    N = -(-T // C)
-    if N * C != T:
-        x = F.pad(x, (0, 0) * (x.dim() - 3) + (0, 0, 0, N * C - T))  # (B, N*C, H, ...)
-    x = x.reshape(B, N, C, H, *x.shape[3:])  # (B, N, C, H, ...)
-    x = x.permute(1, 0, 3, 2, *range(4, x.dim()))  # (N, B, H, C, ...)
-    x = x.clone(memory_format=torch.contiguous_format)  # always a copy: the no-grad path overwrites it
-    return x.view(N, B * H, C, *x.shape[4:])  # (N, B*H, C, ...)
 
 
 def _write_out(out: torch.Tensor, o: torch.Tensor) -> None:
@@ -303,29 +301,29 @@ class _Carry(torch.autograd.Function):
         return du, dW, dk, da, dS[0]
 
 
-def _over_groups(group_fn, q, k, v, log_alpha, beta, state, scale: float, C: int):
+def _over_groups(group_fn, x: DeltaInputs, C: int):
     """Run ``group_fn`` over groups of whole chunks (``groups.over_groups``), carrying S [BH, K, V].
 
     Returns o [B, T, H, V] and the final state [B, H, K, V].
     """
-    B, T, H, K = q.shape
+    B, T, H, K = x.q.shape
     step = groups.group_step(C, GROUP_TOKENS)
-    fn = lambda q_g, k_g, v_g, la_g, beta_g, S, out: group_fn(q_g, k_g, v_g, la_g, beta_g, S, out, scale, C)  # noqa: E731
-    out = v.new_empty(B, T, H, v.shape[-1])
-    o, S = groups.over_groups(fn, (q, k, v, log_alpha, beta), state.reshape(B * H, K, -1), step, out)
+    fn = lambda q_g, k_g, v_g, la_g, beta_g, S, out: group_fn(q_g, k_g, v_g, la_g, beta_g, S, out, x.scale, C)  # noqa: E731
+    out = x.v.new_empty(B, T, H, x.v.shape[-1])
+    o, S = groups.over_groups(fn, (x.q, x.k, x.v, x.log_alpha, x.beta), x.state.reshape(B * H, K, -1), step, out)
     return o, S.reshape(B, H, K, -1)
 
 
-def chunk_scalar_decay(q, k, v, log_alpha, beta, state, scale: float, C: int):
+def chunk_scalar_decay(x: DeltaInputs, C: int):
     """Gated delta rule S_t = α_t (I − β_t k kᵀ) S_{t−1} + β_t k vᵀ with scalar (or no) decay, chunkwise.
 
-    q, k: [B, T, H, K]; v: [B, T, H, V]; log_alpha: None or [B, T, H]; beta: [B, T, H];
-    state: [B, H, K, V]; o_t = S_tᵀ (scale · q_t). Returns o [B, T, H, V] and the final state [B, H, K, V].
+    x: q, k [B, T, H, K]; v [B, T, H, V]; log_alpha None or [B, T, H]; beta [B, T, H]; state
+    [B, H, K, V]; o_t = S_tᵀ (scale · q_t). Returns o [B, T, H, V] and the final state [B, H, K, V].
     When no gradient is recorded the chunked copies are overwritten in place (same values).
     """
-    in_place = not records_grad(q, k, v, log_alpha, beta, state)
+    in_place = not records_grad(x.q, x.k, x.v, x.log_alpha, x.beta, x.state)
     group = functools.partial(_scalar_decay_group, in_place=in_place)
-    return _over_groups(group, q, k, v, log_alpha, beta, state, scale, C)
+    return _over_groups(group, x, C)
 
 
 def _scalar_decay_group(q, k, v, log_alpha, beta, S, out, scale: float, C: int, *, in_place: bool = False):
@@ -333,15 +331,15 @@ def _scalar_decay_group(q, k, v, log_alpha, beta, S, out, scale: float, C: int, 
 
     in_place: overwrite the chunked copies and intermediates (forward without autograd).
     """
-    q, k, v = _chunks(q, C), _chunks(k, C), _chunks(v, C)  # (N, BH, C, K|V), fresh copies
-    beta = _chunks(beta, C)[..., None]  # (N, BH, C, 1)
+    q, k, v = chunks(q, C), chunks(k, C), chunks(v, C)  # (N, BH, C, K|V), fresh copies
+    beta = chunks(beta, C)[..., None]  # (N, BH, C, 1)
     q = scaled(q, scale, in_place)  # scale · Q: both read terms (P and the state read) carry it
     k_beta = k * beta  # (N, BH, C, K)
     A = k_beta @ k.mT  # (N, BH, C, C): β_t k_tᵀ k_s
     P = q @ k.mT  # (N, BH, C, C): scale · q_tᵀ k_s
     a, plan = None, None  # per-chunk state decay e^{g_C}; the folded carry's plan
     if log_alpha is not None:
-        g = _chunks(log_alpha, C).cumsum(-1)[..., None]  # (N, BH, C, 1) log decay since the chunk start
+        g = chunks(log_alpha, C).cumsum(-1)[..., None]  # (N, BH, C, 1) log decay since the chunk start
         # D_ts = e^{g_t − g_s} for s ≤ t (exponent ≤ 0); the clamp makes the unused upper triangle e^0 = 1:
         # the solve reads only the strictly lower part of A, and P is made causal by tril_
         D = (g - g.mT).clamp_(max=0.0).exp_()  # (N, BH, C, C)
@@ -399,22 +397,22 @@ def _sub_chunk(C: int) -> int:
     return max(d for d in range(1, min(C, _SUB_CHUNK) + 1) if C % d == 0)
 
 
-def chunk_key_decay(q, k, v, log_alpha, beta, state, scale: float, C: int, *, erase_reads_decayed: bool):
+def chunk_key_decay(x: DeltaInputs, C: int, *, erase_reads_decayed: bool):
     """Delta rule with per-key decay S_t = diag(a_t) S_{t−1} + k_t u_tᵀ, chunkwise (eqs. 1-3).
 
     erase_reads_decayed=False: the joint variant, u_t = β_t (v_t − S_{t−1}ᵀ k_t), i.e.
     S_t = (diag(a_t) − β_t k kᵀ) S_{t−1} + β_t k vᵀ. True: u_t = β_t (v_t − (diag(a_t) S_{t−1})ᵀ k_t).
-    q, k, log_alpha: [B, T, H, K]; v: [B, T, H, V]; beta: [B, T, H]; state: [B, H, K, V].
+    x: q, k, log_alpha [B, T, H, K]; v [B, T, H, V]; beta [B, T, H]; state [B, H, K, V].
     Returns o [B, T, H, V] and the final state [B, H, K, V].
     """
     group = functools.partial(_key_decay_group, erase_reads_decayed=erase_reads_decayed)
-    return _over_groups(group, q, k, v, log_alpha, beta, state, scale, C)
+    return _over_groups(group, x, C)
 
 
 def _key_decay_group(q, k, v, log_alpha, beta, S, out, scale: float, C: int, *, erase_reads_decayed: bool):
     """``chunk_key_decay`` on one group of tokens; S: [BH, K, V]. Writes o into out [B, t, H, V], returns S."""
-    q, k, v, la = (_chunks(x, C) for x in (q * scale, k, v, log_alpha))  # (N, BH, C, K|V)
-    beta = _chunks(beta, C)[..., None]  # (N, BH, C, 1)
+    q, k, v, la = (chunks(x, C) for x in (q * scale, k, v, log_alpha))  # (N, BH, C, K|V)
+    beta = chunks(beta, C)[..., None]  # (N, BH, C, 1)
     G = la.cumsum(-2)  # (N, BH, C, K) inclusive log decay since the chunk start
     E = G if erase_reads_decayed else G - la  # (N, BH, C, K) decay seen by the erase
     s = _sub_chunk(C)
@@ -455,7 +453,7 @@ def chunk_low_rank(q, k, v, log_alpha, beta, kappa, state, scale: float, C: int)
 
 def _low_rank_group(q, k, v, log_alpha, beta, kappa, S, out, scale: float, C: int):
     """``chunk_low_rank`` on one group of tokens; S: [BH, K, V]. Writes o into out [B, t, H, V], returns S."""
-    q, k, v, la, beta, kappa = (_chunks(x, C) for x in (q * scale, k, v, log_alpha, beta, kappa))  # (N, BH, C, ·)
+    q, k, v, la, beta, kappa = (chunks(x, C) for x in (q * scale, k, v, log_alpha, beta, kappa))  # (N, BH, C, ·)
     x, y = beta * k, beta * kappa  # (N, BH, C, K) the write and erase vectors
     G = la.cumsum(-2)  # (N, BH, C, K) inclusive log decay since the chunk start
     E = G - la  # the erase reads S_{t−1}

@@ -1,8 +1,9 @@
 """Hand-written recurrences of the online-regression mixers with no parallel
 form: Titans' momentum memory, Yaad-style Huber, Moneta-style ℓp, TTT-Linear
 and the ℓ1 (sparse-update) retention. Written from the published update rules
-(REFERENCES.md §1; ℓ1: thesis §2.4.3), in the op contract; the autograd
-derivation is checked against these.
+(Behrouz et al. 2024, Titans; Behrouz et al. 2025, Miras (Yaad, Moneta); Sun et
+al. 2024, TTT; ℓ1: thesis §2.4.3), in the op contract; the autograd derivation
+is checked against these.
 
 State S ∈ R^{K×V} (f_S(k) = Sᵀk; the papers' M = Sᵀ). Each step:
     1. retain:  S' = α_t S_{t−1}                     (α_t = exp(log_alpha), 1 if absent)
@@ -20,7 +21,7 @@ __all__ = ["recurrent_huber_delta", "recurrent_lp_delta", "recurrent_titans", "r
            "recurrent_l1"]
 
 
-def _prep(q, k, v, log_alpha, beta, scale, initial_state):
+def _prep(q, v, log_alpha, beta, scale, initial_state):
     B, T, H, K = q.shape
     V = v.shape[-1]
     S = q.new_zeros(B, H, K, V) if initial_state is None else initial_state.clone()
@@ -31,7 +32,7 @@ def _prep(q, k, v, log_alpha, beta, scale, initial_state):
 
 
 def _error_driven(g, q, k, v, log_alpha, beta, scale, initial_state, output_final_state, steps=1):
-    S, alpha, beta, scale = _prep(q, k, v, log_alpha, beta, scale, initial_state)
+    S, alpha, beta, scale = _prep(q, v, log_alpha, beta, scale, initial_state)
     outs = []
     for t in range(q.shape[1]):
         kt, vt = k[:, t], v[:, t]  # (B, H, K), (B, H, V)
@@ -65,7 +66,7 @@ def recurrent_l1(q, k, v, *, lam, bias="l2", steps=1, beta=None, scale=None, ini
         2. shrink the change:        Δ ← sign(Δ) max(|Δ| − β_t λ, 0)
         3. S = S_{t−1} + Δ;  steps 1–3 K times (Δ starts at 0), then o_t = S_tᵀ(scale·q_t)
     """
-    S, _, beta, scale = _prep(q, k, v, None, beta, scale, initial_state)
+    S, _, beta, scale = _prep(q, v, None, beta, scale, initial_state)
     outs = []
     for t in range(q.shape[1]):
         kt, vt, bt = k[:, t], v[:, t], beta[:, t, :, None, None]  # (B, H, K), (B, H, V), (B, H, 1, 1)
@@ -81,7 +82,7 @@ def recurrent_l1(q, k, v, *, lam, bias="l2", steps=1, beta=None, scale=None, ini
 
 def recurrent_titans(q, k, v, *, eta=None, momentum=0.9, log_alpha=None, beta=None, scale=None,
                      initial_state=None, output_final_state=False):
-    """Titans' linear memory with momentum (REFERENCES §1), S in [K, V] layout:
+    """Titans' linear memory with momentum (Behrouz et al. 2024), S in [K, V] layout:
 
         1. m_t = η_t m_{t−1} − θ_t ∇ℓ(S_{t−1}),  ∇ℓ = k_t (S_{t−1}ᵀk_t − v_t)ᵀ   (θ_t = β_t)
         2. S_t = α_t S_{t−1} + m_t
@@ -90,7 +91,7 @@ def recurrent_titans(q, k, v, *, eta=None, momentum=0.9, log_alpha=None, beta=No
     """
     B, T, H, K = q.shape
     S0 = None if initial_state is None else initial_state[0]
-    S, alpha, beta, scale = _prep(q, k, v, log_alpha, beta, scale, S0)
+    S, alpha, beta, scale = _prep(q, v, log_alpha, beta, scale, S0)
     m = torch.zeros_like(S) if initial_state is None else initial_state[1].clone()
     eta = q.new_full((B, T, H), momentum) if eta is None else eta
     outs = []
@@ -114,7 +115,7 @@ def recurrent_ttt_linear(q, k, v, *, beta=None, scale=None, initial_state=None, 
         4. o_t = f_{S_t}(scale·q_t)
     Requires K == V. The LayerNorm has no affine parameters (eps as in torch).
     """
-    S, _, beta, scale = _prep(q, k, v, None, beta, scale, initial_state)
+    S, _, beta, scale = _prep(q, v, None, beta, scale, initial_state)
     outs = []
     for t in range(q.shape[1]):
         kt = k[:, t]

@@ -1,6 +1,6 @@
 """Spectral memory of SeqCond Attention (SCA): the functional op in three forms.
 
-Nautile-370M §2.2.3–2.2.4 (seeds/000_fd0d8cd631afd5a9.txt, Algorithm 1, steps 3–5).
+Nautile-370M §2.2.3–2.2.4 (Algorithm 1, steps 3–5).
 Per head, the memory is the weighted empirical characteristic function of the
 prefix, sampled at M learned spectral points θ and normalised by the total weight:
 

@@ -39,7 +39,7 @@ def test_spectral_read_equals_kernel_estimate():
     fn = lower(spec, "prefix_sum").fn
     gen = torch.Generator().manual_seed(0)
     N, D, M = 7, 5, 4
-    r, v = _spectral_capacity(spec, fn, N, D, M, 2, gen, torch.float64)
+    r, v = _spectral_capacity(fn, N, D, M, 2, gen, torch.float64)
     u = 2.0 * torch.rand(2, N, 1, D, generator=torch.Generator().manual_seed(0), dtype=torch.float64) - 1.0
     theta = (math.pi / 2) * torch.arange(M, dtype=torch.float64)
     du = u[:, None, :] - u[:, :, None]  # (B, i, j, 1, D) = u_j − u_i

@@ -12,8 +12,8 @@ all (model, context) pairs take their steps in turn, so they see the same load.
 - recurrent layers keep the fixed-size state of a short real prompt (their
   size does not depend on N, which is the point).
 
-Cache bytes per sequence are read off the cache after the N tokens. Targets
-(issue 4): pure-GDN latency flat within 1.2x from 1k to 16k; the 75% hybrid at
+Cache bytes per sequence are read off the cache after the N tokens. Targets:
+pure-GDN latency flat within 1.2x from 1k to 16k; the 75% hybrid at
 16k at least 2x faster per token than pure attention. Timings are ratios within
 one run on a noisy machine.
 """
@@ -42,7 +42,7 @@ def bench_config(kind: str, d_model: int, n_layers: int, vocab: int) -> HybridCo
                         mlp_ratio=4.0, **spec)
 
 
-def _fill_cache(model, cache, n: int, gen: torch.Generator) -> None:
+def _fill_cache(cache, n: int, gen: torch.Generator) -> None:
     """Grow every attention layer's cache to n random pairs (recurrent states are left as they are)."""
     for i in range(len(cache.layers)):
         st = cache[i]
@@ -61,7 +61,7 @@ def prepared_cache(model, context: int, *, batch: int, gen: torch.Generator):
     """The cache after `context` tokens (see the module docstring) and its bytes per sequence."""
     prompt = torch.randint(0, model.config.vocab_size, (batch, 8), generator=gen)
     cache = output_cache(model(prompt))
-    _fill_cache(model, cache, context, gen)
+    _fill_cache(cache, context, gen)
     return cache, cache.state_bytes() // batch
 
 
