@@ -331,15 +331,15 @@ def _scalar_decay_group(q, k, v, log_alpha, beta, S, out, scale: float, C: int, 
 
     in_place: overwrite the chunked copies and intermediates (forward without autograd).
     """
-    q, k, v = chunks(q, C), chunks(k, C), chunks(v, C)  # (N, BH, C, K|V), fresh copies
-    beta = chunks(beta, C)[..., None]  # (N, BH, C, 1)
+    q, k, v = (chunks(x, C).flatten(1, 2) for x in (q, k, v))  # (N, BH, C, K|V), fresh copies
+    beta = chunks(beta, C).flatten(1, 2)[..., None]  # (N, BH, C, 1)
     q = scaled(q, scale, in_place)  # scale · Q: both read terms (P and the state read) carry it
     k_beta = k * beta  # (N, BH, C, K)
     A = k_beta @ k.mT  # (N, BH, C, C): β_t k_tᵀ k_s
     P = q @ k.mT  # (N, BH, C, C): scale · q_tᵀ k_s
     a, plan = None, None  # per-chunk state decay e^{g_C}; the folded carry's plan
     if log_alpha is not None:
-        g = chunks(log_alpha, C).cumsum(-1)[..., None]  # (N, BH, C, 1) log decay since the chunk start
+        g = chunks(log_alpha, C).flatten(1, 2).cumsum(-1)[..., None]  # (N, BH, C, 1) log decay since the chunk start
         # D_ts = e^{g_t − g_s} for s ≤ t (exponent ≤ 0); the clamp makes the unused upper triangle e^0 = 1:
         # the solve reads only the strictly lower part of A, and P is made causal by tril_
         D = (g - g.mT).clamp_(max=0.0).exp_()  # (N, BH, C, C)
@@ -411,8 +411,8 @@ def chunk_key_decay(x: DeltaInputs, C: int, *, erase_reads_decayed: bool):
 
 def _key_decay_group(q, k, v, log_alpha, beta, S, out, scale: float, C: int, *, erase_reads_decayed: bool):
     """``chunk_key_decay`` on one group of tokens; S: [BH, K, V]. Writes o into out [B, t, H, V], returns S."""
-    q, k, v, la = (chunks(x, C) for x in (q * scale, k, v, log_alpha))  # (N, BH, C, K|V)
-    beta = chunks(beta, C)[..., None]  # (N, BH, C, 1)
+    q, k, v, la = (chunks(x, C).flatten(1, 2) for x in (q * scale, k, v, log_alpha))  # (N, BH, C, K|V)
+    beta = chunks(beta, C).flatten(1, 2)[..., None]  # (N, BH, C, 1)
     G = la.cumsum(-2)  # (N, BH, C, K) inclusive log decay since the chunk start
     E = G if erase_reads_decayed else G - la  # (N, BH, C, K) decay seen by the erase
     s = _sub_chunk(C)

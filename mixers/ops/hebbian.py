@@ -1,4 +1,5 @@
-"""Hebbian family: linear attention, RetNet, Mamba2 (SSD) and GLA (REFERENCES.md §1).
+"""Hebbian family: linear attention (Katharopoulos et al. 2020), RetNet (Sun et al. 2023),
+Mamba2 / SSD (Dao & Gu 2024) and GLA (Yang et al. 2024).
 
 One update covers the four mixers; per head, with state S_t ∈ R^{K×V}:
 
@@ -65,6 +66,7 @@ import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
 from . import groups
+from .chunking import chunks
 from .contract import check_chunk_size, check_matrix_inputs
 from .inplace import records_grad, scaled
 
@@ -79,7 +81,7 @@ def default_chunk_size(K: int) -> int:
 
 def recurrent_hebbian(q, k, v, *, log_alpha=None, beta=None, scale=None,
                       initial_state=None, output_final_state=False):
-    """Hand-written hebbian recurrence, one token at a time (REFERENCES.md §1).
+    """Hand-written hebbian recurrence, one token at a time (the equation of the module docstring).
 
     q, k: [B, T, H, K]; v: [B, T, H, V]; log_alpha: None, [B, T, H] or [B, T, H, K];
     beta: None or [B, T, H]; initial_state: None or [B, H, K, V]; scale: K**-0.5 if None.
@@ -106,19 +108,6 @@ def recurrent_hebbian(q, k, v, *, log_alpha=None, beta=None, scale=None,
         outs.append(torch.einsum("bhk,bhkv->bhv", scale * q_t, S))  # (B, H, V)
     o = torch.stack(outs, dim=1).to(out_dtype)  # (B, T, H, V)
     return o, (S if output_final_state else None)
-
-
-def _chunked(x: torch.Tensor, C: int, dtype: torch.dtype, copy: bool = True) -> torch.Tensor:
-    """[B, T, H, ...] -> [B, H, N, C, ...] in ``dtype``, zero-padded at the end to N = ceil(T / C)
-    chunks; contiguous (one copy) if ``copy``, else a strided view where no padding is needed."""
-    B, T, H = x.shape[:3]
-    N = -(-T // C)
-    if N * C != T:
-        x = F.pad(x, (0, 0) * (x.dim() - 3) + (0, 0, 0, N * C - T))  # (B, N*C, H, ...)
-    x = x.reshape(B, N, C, H, *x.shape[3:]).movedim(3, 1)  # (B, H, N, C, ...)
-    if not copy:
-        return x.to(dtype)
-    return x.contiguous() if x.dtype == dtype else x.to(dtype, memory_format=torch.contiguous_format)
 
 
 def _bmm(a, b, *, alpha=1.0, add=None, in_place=False):
@@ -181,20 +170,20 @@ _segment_sums = _SegmentSums.apply
 def _intra_scalar(q, k, v, d, scale, in_place=False):
     """Intra-chunk term scale · (Q Kᵀ ⊙ D) V with D_ij = e^{Σ_{j<s≤i} log α_s} [i ≥ j] (eq. A.7).
 
-    q, k: [B, H, N, C, K]; v: [B, H, N, C, V]; d: None (no decay) or [B, H, N, C, C], the
+    q, k: [N, B, H, C, K]; v: [N, B, H, C, V]; d: None (no decay) or [N, B, H, C, C], the
     weights e^{segment sums} (``_SegmentSums``; any values above the diagonal, masked here).
     in_place: weight the fresh Q Kᵀ product in place (no autograd).
     """
-    A = _bmm(q, k.transpose(-1, -2), alpha=scale)  # (B, H, N, C, C)
+    A = _bmm(q, k.transpose(-1, -2), alpha=scale)  # (N, B, H, C, C)
     if d is not None:
         A = scaled(A, d, in_place)
-    return _bmm(A.tril_(), v)  # (B, H, N, C, V)
+    return _bmm(A.tril_(), v)  # (N, B, H, C, V)
 
 
 def _intra_per_key(q, k, v, la, scale):
     """Intra-chunk term with per-key decay, o_i = scale · Σ_{j≤i} Σ_κ q_iκ k_jκ e^{Σ_{j<s≤i} log α_sκ} v_j.
 
-    q, k, la: [B, H, N, C, K]; v: [B, H, N, C, V]. Builds the [C, C] weight matrix of each
+    q, k, la: [N, B, H, C, K]; v: [N, B, H, C, V]. Builds the [C, C] weight matrix of each
     chunk by recursive halving: a block of b tokens is [[M_F, 0], [A, M_G]], where M_F, M_G
     are its halves' matrices and the cross term factorises at their boundary,
     A = (Q_G ⊙ e^{prefix sums of log α in G})(K_F ⊙ e^{exclusive suffix sums in F})ᵀ:
@@ -218,7 +207,7 @@ def _intra_per_key(q, k, v, la, scale):
         bottom = torch.cat([A, M[..., 1, :, :]], dim=-1)  # (.., C2/b, h, b)
         M = torch.cat([top, bottom], dim=-2)  # (.., C2/b, b, b)
         b *= 2
-    return _bmm(M.reshape(*lead, C2, C2), v, alpha=scale)[..., :C, :]  # (B, H, N, C, V)
+    return _bmm(M.reshape(*lead, C2, C2), v, alpha=scale)[..., :C, :]  # (N, B, H, C, V)
 
 
 class _CarryStates(torch.autograd.Function):
@@ -227,18 +216,18 @@ class _CarryStates(torch.autograd.Function):
     A loop over the N chunks in both directions (per-chunk views from one ``unbind``); the
     backward is the reverse recurrence dS_[n] = a_n ⊙ dS_[n+1] + dStarts_n, with
     dU_n = dS_[n+1] and da_n = Σ dS_[n+1] ⊙ S_[n].
-    S0: [B, H, K, V]; U: [B, H, N, K, V]; a: None, [B, H, N, 1, 1] or [B, H, N, K, 1].
-    Returns the states at every chunk start [B, H, N, K, V] and the final state [B, H, K, V].
+    S0: [B, H, K, V]; U: [N, B, H, K, V]; a: None, [N, B, H, 1, 1] or [N, B, H, K, 1].
+    Returns the states at every chunk start [N, B, H, K, V] and the final state [B, H, K, V].
     (A closed form, one [N + 1, N] matmul with segment-sum weights, measured 2.6x slower
     per group of 16 chunks than this loop.)
     """
 
     @staticmethod
     def forward(ctx, S0, U, a):
-        N = U.shape[2]
-        starts = torch.empty_like(U)  # (B, H, N, K, V); each step writes S_[n+1] in place
-        Ss, Us = starts.unbind(2), U.unbind(2)
-        as_ = (None,) * N if a is None else a.unbind(2)
+        N = U.shape[0]
+        starts = torch.empty_like(U)  # (N, B, H, K, V); each step writes S_[n+1] in place
+        Ss, Us = starts.unbind(0), U.unbind(0)
+        as_ = (None,) * N if a is None else a.unbind(0)
         Ss[0].copy_(S0)
         for n in range(N):
             out = Ss[n + 1] if n + 1 < N else None
@@ -253,10 +242,10 @@ class _CarryStates(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, d_starts, d_final):
         starts, a = ctx.saved_tensors
-        N = starts.shape[2]
-        dU = torch.empty_like(starts)  # (B, H, N, K, V): dU_n = dS_[n+1]
-        dUs, dSt = dU.unbind(2), d_starts.unbind(2)
-        as_ = (None,) * N if a is None else a.unbind(2)
+        N = starts.shape[0]
+        dU = torch.empty_like(starts)  # (N, B, H, K, V): dU_n = dS_[n+1]
+        dUs, dSt = dU.unbind(0), d_starts.unbind(0)
+        as_ = (None,) * N if a is None else a.unbind(0)
         dUs[N - 1].copy_(d_final)
         for n in reversed(range(N)):
             out = dUs[n - 1] if n > 0 else None  # dS_[n]
@@ -266,15 +255,15 @@ class _CarryStates(torch.autograd.Function):
                 dS = torch.addcmul(dSt[n], as_[n], dUs[n], out=out)
         da = None
         if a is not None and ctx.needs_input_grad[2]:
-            da = (dU * starts).sum(-1, keepdim=True)  # (B, H, N, K, 1)
-            da = da.sum(-2, keepdim=True) if a.shape[-2] == 1 else da  # scalar decay: (B, H, N, 1, 1)
+            da = (dU * starts).sum(-1, keepdim=True)  # (N, B, H, K, 1)
+            da = da.sum(-2, keepdim=True) if a.shape[-2] == 1 else da  # scalar decay: (N, B, H, 1, 1)
         return dS, dU, da
 
 
 def _weighted_keys(k, beta, w=None):
-    """β ⊙ w ⊙ k as a contiguous [B, H, N, C, K] tensor, reading the strided view k once.
+    """β ⊙ w ⊙ k as a contiguous [N, B, H, C, K] tensor, reading the strided view k once.
 
-    beta: None or [B, H, N, C, 1]; w: None, [B, H, N, C, 1] or [B, H, N, C, K]. The contiguous
+    beta: None or [N, B, H, C, 1]; w: None, [N, B, H, C, 1] or [N, B, H, C, K]. The contiguous
     factor comes first, so the product takes its layout.
     """
     if beta is None and w is None:
@@ -284,43 +273,43 @@ def _weighted_keys(k, beta, w=None):
 
 
 def _chunks_forward(q, k, v, beta, la, S0, scale, in_place=False):
-    """Outputs [B, H, N, C, V] and final state from chunked inputs.
+    """Outputs [N, B, H, C, V] and final state [B, H, K, V] from chunked inputs (``chunking.py``).
 
-    q, k: [B, H, N, C, K] strided views (read once by the first product that uses them);
-    v: [B, H, N, C, V]; beta: None or [B, H, N, C, 1]; la: None, [B, H, N, C] or
-    [B, H, N, C, K], the log decay per token. β scales k: β_t k_t v_tᵀ = (β_t k_t) v_tᵀ.
-    in_place: no autograd, so fresh intermediates are overwritten (``inplace.py``).
+    q, k: [N, B, H, C, K] strided views (read once by the first product that uses them); v:
+    [N, B, H, C, V]; beta: None or [N, B, H, C, 1]; la: None, [N, B, H, C] or [N, B, H, C, K], the
+    log decay per token; S0: [B, H, K, V]. β scales k: β_t k_t v_tᵀ = (β_t k_t) v_tᵀ. in_place:
+    no autograd, so fresh intermediates are overwritten (``inplace.py``).
     """
     bk = functools.partial(_weighted_keys, k, beta)
     if la is None:
         q, k = q.contiguous(), bk(None)
-        U = _bmm(k.transpose(-1, -2), v)  # (B, H, N, K, V): U_n = K_nᵀ V_n (eq. A.6)
-        states, S = _CarryStates.apply(S0, U, None)  # (B, H, N, K, V)
+        U = _bmm(k.transpose(-1, -2), v)  # (N, B, H, K, V): U_n = K_nᵀ V_n (eq. A.6)
+        states, S = _CarryStates.apply(S0, U, None)  # (N, B, H, K, V)
         return _bmm(q, states, alpha=scale, add=_intra_scalar(q, k, v, None, scale), in_place=in_place), S
     per_key = la.dim() == 5
-    g = la.cumsum(dim=3)  # (B, H, N, C[, K]): cumulative log decay from the chunk start
-    gk = g if per_key else g[..., None]  # (B, H, N, C, K or 1)
-    g_end = gk[..., -1:, :]  # (B, H, N, 1, K or 1): decay over the whole chunk
+    g = la.cumsum(dim=3)  # (N, B, H, C[, K]): cumulative log decay from the chunk start
+    gk = g if per_key else g[..., None]  # (N, B, H, C, K or 1)
+    g_end = gk[..., -1:, :]  # (N, B, H, 1, K or 1): decay over the whole chunk
     if _factorizable(g):  # e^{g_i − g_j} = e^{g_i} · e^{−g_j}, all factors well inside the range
-        q_g = gk.exp() * q  # (B, H, N, C, K): queries decayed from the chunk start
-        A = _bmm(q_g, bk((-gk).exp()).transpose(-1, -2), alpha=scale)  # (B, H, N, C, C)
+        q_g = gk.exp() * q  # (N, B, H, C, K): queries decayed from the chunk start
+        A = _bmm(q_g, bk((-gk).exp()).transpose(-1, -2), alpha=scale)  # (N, B, H, C, C)
         intra = _bmm(A.tril_(), v)
-        U = _bmm(bk((g_end - gk).exp()).transpose(-1, -2), v)  # (B, H, N, K, V)
+        U = _bmm(bk((g_end - gk).exp()).transpose(-1, -2), v)  # (N, B, H, K, V)
     else:  # explicit: every exponent a direct partial sum of log α, ≤ 0
         q = q.contiguous()
         q_g, kc = q * gk.exp(), bk(None)
         if per_key:
             intra = _intra_per_key(q, kc, v, la, scale)
-            e_suffix = _suffix_sum(la, dim=-2).exp()  # (B, H, N, C, K): e^{Σ_{s>j} log α_s}
+            e_suffix = _suffix_sum(la, dim=-2).exp()  # (N, B, H, C, K): e^{Σ_{s>j} log α_s}
         else:
-            d = _segment_sums(la).exp_()  # (B, H, N, C, C): e^{Σ_{j<s≤i} log α_s}, 1 above the diagonal
+            d = _segment_sums(la).exp_()  # (N, B, H, C, C): e^{Σ_{j<s≤i} log α_s}, 1 above the diagonal
             intra = _intra_scalar(q, kc, v, d, scale, in_place)
-            e_suffix = d[..., -1, :, None].clone()  # (B, H, N, C, 1): row C, e^{Σ_{s>j} log α_s}
+            e_suffix = d[..., -1, :, None].clone()  # (N, B, H, C, 1): row C, e^{Σ_{s>j} log α_s}
             del d  # the [C, C] weights are used up: a smaller heap to fault back in on the next call
-        U = _bmm((kc * e_suffix).transpose(-1, -2), v)  # (B, H, N, K, V)
+        U = _bmm((kc * e_suffix).transpose(-1, -2), v)  # (N, B, H, K, V)
         del kc, e_suffix
-    states, S = _CarryStates.apply(S0, U, g_end.transpose(-1, -2).exp())  # a_n: (B, H, N, K or 1, 1)
-    return _bmm(q_g, states, alpha=scale, add=intra, in_place=in_place), S  # (B, H, N, C, V)
+    states, S = _CarryStates.apply(S0, U, g_end.transpose(-1, -2).exp())  # a_n: (N, B, H, K or 1, 1)
+    return _bmm(q_g, states, alpha=scale, add=intra, in_place=in_place), S  # (N, B, H, C, V)
 
 
 def _factorizable(g: torch.Tensor) -> bool:
@@ -354,12 +343,12 @@ def chunk_hebbian(q, k, v, *, log_alpha=None, beta=None, scale=None,
 
     def group(q, k, v, log_alpha, beta, S, out):  # one group of whole chunks (groups.py), t tokens
         C = chunk_size
-        qc, kc = _chunked(q, C, cd, copy=False), _chunked(k, C, cd, copy=False)  # views
-        vc = _chunked(v, C, cd)  # (B, H, N, C, V)
-        bc = None if beta is None else _chunked(beta, C, cd)[..., None]  # (B, H, N, C, 1)
-        la = None if log_alpha is None else _chunked(log_alpha, C, cd)  # (B, H, N, C[, K])
-        o, S = _chunks_forward(qc, kc, vc, bc, la, S, scale, in_place)  # (B, H, N, C, V)
-        groups.write_chunks(out, o.permute(0, 2, 3, 1, 4))  # (B, N, C, H, V) -> out (B, t, H, V)
+        qc, kc = chunks(q, C, copy=False).to(cd), chunks(k, C, copy=False).to(cd)  # views (N, B, H, C, K)
+        vc = chunks(v, C).to(cd)  # (N, B, H, C, V)
+        bc = None if beta is None else chunks(beta, C).to(cd)[..., None]  # (N, B, H, C, 1)
+        la = None if log_alpha is None else chunks(log_alpha, C).to(cd)  # (N, B, H, C[, K])
+        o, S = _chunks_forward(qc, kc, vc, bc, la, S, scale, in_place)  # (N, B, H, C, V)
+        groups.write_chunks(out, o.permute(1, 0, 3, 2, 4))  # (B, N, C, H, V) -> out (B, t, H, V)
         return S
 
     o, S = groups.over_groups(group, (q, k, v, log_alpha, beta), S0, groups.group_step(chunk_size),

@@ -10,7 +10,8 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from assocmem.mixers.ops.hebbian import _chunked, _factorizable, chunk_hebbian, recurrent_hebbian
+from assocmem.mixers.ops.chunking import chunks
+from assocmem.mixers.ops.hebbian import _factorizable, chunk_hebbian, recurrent_hebbian
 
 B, H, K, V = 2, 2, 8, 12
 EXACT = dict(atol=1e-10, rtol=0.0)
@@ -52,7 +53,7 @@ def outputs_and_grads(form, x, seed=1, **kw):
 def test_decay_strengths_cover_both_intra_paths():
     for C in (16, 64):
         for decay, want in [("scalar", True), ("key", True), ("scalar_strong", False), ("key_strong", False)]:
-            g = _chunked(make_inputs(197, decay)["log_alpha"], C, F64).cumsum(dim=3)  # as chunk_hebbian does
+            g = chunks(make_inputs(197, decay)["log_alpha"], C).cumsum(dim=3)  # as chunk_hebbian does
             assert _factorizable(g) is want, (C, decay)
 
 
@@ -284,7 +285,7 @@ def test_growth_on_the_explicit_path():
     x = make_inputs(100, "scalar")
     x["log_alpha"] = 0.3 + x["log_alpha"].abs()  # growth e^{0.3 … 0.8} per token
     x32 = {n: (t.float() if t is not None else None) for n, t in x.items()}
-    assert not _factorizable(_chunked(x32["log_alpha"], 64, torch.float32).cumsum(-1))  # explicit path
+    assert not _factorizable(chunks(x32["log_alpha"], 64).cumsum(3))  # explicit path
     o_r, S_r = run(recurrent_hebbian, x)
     o_c, S_c = run(chunk_hebbian, x32, chunk_size=64)
     # values reach e^{55} and cancel, so compare normwise: float32 recurrence 2.6e-7, chunk 1.0e-6
