@@ -48,8 +48,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--threads", type=int, default=None, metavar="N", help="torch intra-op threads")
     b.add_argument("--json", type=Path, metavar="PATH", help="write the breakdown as JSON")
     b.set_defaults(func=_breakdown)
-    _decode_parser(kinds)
-    _train_parser(kinds)
+    register_decode(kinds)
+    register_train(kinds)
     for kind, parser in kinds.choices.items():  # every bench writes measurements that took minutes to take
         parser.add_argument("--overwrite", action="store_true",
                             help="replace existing --json/--markdown files (default: refuse before running)")
@@ -175,7 +175,8 @@ def _in_processes(args: argparse.Namespace) -> list[list[dict]]:
     return runs
 
 
-def _decode_parser(kinds: argparse._SubParsersAction) -> None:
+def register_decode(kinds: argparse._SubParsersAction) -> None:
+    """Add `decode` to the `assocmem bench` kinds."""
     from .decode import MODELS
 
     p = kinds.add_parser("decode", help="per-token decode latency vs context (attention, 75%% GDN hybrid, GDN)",
@@ -213,7 +214,8 @@ def _decode(args: argparse.Namespace) -> int:
     return 0
 
 
-def _train_parser(kinds: argparse._SubParsersAction) -> None:
+def register_train(kinds: argparse._SubParsersAction) -> None:
+    """Add `train` to the `assocmem bench` kinds."""
     from .train import DEFAULT_MIXERS
 
     p = kinds.add_parser("train", help="training tokens/s per mixer (MQAR model shape)",
