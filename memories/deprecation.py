@@ -39,4 +39,5 @@ def moved(old: str, targets: Mapping[str, str]) -> Callable[[str], object]:
                       DeprecationWarning, stacklevel=2)
         return getattr(importlib.import_module(module), attr)
 
+    __getattr__.targets = targets  # what the shim forwards (tests/test_deprecations.py resolves every one)
     return __getattr__

@@ -44,6 +44,20 @@ def test_old_path_warns_and_returns_the_new_object(old, name, new, new_name):
     assert got is getattr(importlib.import_module(new), new_name)
 
 
+SHIMS = ["assocmem.memories.cli", "assocmem.mixers.verify_cli", "assocmem.mixers.bench", "assocmem.mixers.breakdown",
+         "assocmem.models.bench", "assocmem.training.bench_train", "assocmem.training.bench_cli", "assocmem.training.demo",
+         "assocmem.probes.cli", "assocmem.mixers.references", "assocmem.mixers.attention"]
+
+
+@pytest.mark.parametrize("old", SHIMS)
+def test_every_name_a_shim_forwards_exists_at_its_new_path(old):
+    targets = importlib.import_module(old).__getattr__.targets
+    assert targets
+    for name, path in targets.items():
+        module, attr = path.rsplit(".", 1)
+        assert hasattr(importlib.import_module(module), attr), f"{old}.{name} -> {path} does not exist"
+
+
 def test_from_import_of_an_old_path_warns():
     with pytest.warns(DeprecationWarning, match="assocmem.training.bench.forms.markdown_table"):
         from assocmem.mixers.bench import markdown_table
