@@ -214,7 +214,7 @@ class MixerSpec(BaseModel):
 
     @property
     def algebra(self) -> str:
-        """Lowering class: hebbian, delta, diag_rank1, spectral, nonparametric or scan."""
+        """Lowering class, read off the axes (memories/algebra.py); its forms: mixers/lower.py FAMILIES."""
         return algebra_class(self)
 
     def to_yaml(self) -> str:
