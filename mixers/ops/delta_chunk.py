@@ -453,7 +453,8 @@ def chunk_low_rank(q, k, v, log_alpha, beta, kappa, state, scale: float, C: int)
 
 def _low_rank_group(q, k, v, log_alpha, beta, kappa, S, out, scale: float, C: int):
     """``chunk_low_rank`` on one group of tokens; S: [BH, K, V]. Writes o into out [B, t, H, V], returns S."""
-    q, k, v, la, beta, kappa = (chunks(x, C) for x in (q * scale, k, v, log_alpha, beta, kappa))  # (N, BH, C, ·)
+    q, k, v, la, beta, kappa = (chunks(x, C).flatten(1, 2)  # (N, BH, C, ·)
+                                for x in (q * scale, k, v, log_alpha, beta, kappa))
     x, y = beta * k, beta * kappa  # (N, BH, C, K) the write and erase vectors
     G = la.cumsum(-2)  # (N, BH, C, K) inclusive log decay since the chunk start
     E = G - la  # the erase reads S_{t−1}
