@@ -1,18 +1,34 @@
 """Softmax attention module: the NonParametric + NadarayaWatson mixer.
 
-    q = RoPE(norm(x W_q)), k = RoPE(norm(x W_k)), v = x W_v      [B, T, H(kv), D]
-    o = softmax-attention(q, k, v) over the KV cache               (mixers/ops/attention.py)
+    q = rot(norm(x W_q)), k = rot(norm(x W_k)), v = x W_v      [B, T, H(kv), D]
+    o = softmax-attention(q, k, v) over the KV cache            (mixers/ops/attention.py)
     y = o W_o
 
-RoPE (Su et al. 2021, mixers/norm.py) rotates pairs (i, i + K/2) of each head by
-angle pos · θ^(−2i/K); QK-norm is a per-head RMSNorm on q and k before RoPE; GQA
-shares each kv head between H / Hkv query heads. The module masks padded keys
-itself (``masks_padding``): a padded batch needs no regrouping by models/blocks.py.
+The rotary map rot is RoPE (Su et al. 2021, mixers/norm.py: pairs (i, i + K/2) of a head
+rotated by pos · θ^(−2i/K)), none, or Wiola's SRPE (mixers/wiola/srpe.py: the same rotation
+with (cos, sin) scaled by a radial factor and every frequency × (1 + 1/k_s)). QK-norm is a
+per-head RMSNorm on q and k before the rotation; GQA shares each kv head between H / Hkv
+query heads. The module masks padded keys itself (``masks_padding``): a padded batch needs no
+regrouping by models/blocks.py.
+
+Options of the Wiola SLM (seed 002), each off by default (``AttentionOptions``):
+  output_gate   o ← σ(x W_gate) ⊙ o before W_o                                    (eqs. 28–29)
+  cross_layer   GCLA: o ← (1 − β) o + β · attention(q, summaries of the residual streams entering
+                this and the previous layer) (eqs. 20–27, mixers/wiola/gcla.py). The block passes
+                the streams (``cross_layer_streams`` of them, newest last). Mode ``as_written``
+                (mean over all T) refuses a cache; ``causal`` keeps running sums in the state.
+  token_merge   ATM, in training mode only (Algorithm 1, mixers/wiola/atm.py). ``as_written``:
+                adjacent tokens with cosine > τ are averaged before the projections, the second
+                token of each pair is masked like padding (positions count merged tokens), and
+                its output is copied from its pair's; ``causal``: keys and values of the pair
+                are averaged after the rotation, a merged slot visible once both its tokens are
+                in the past. A cache cannot be continued in training mode with ATM on.
 
 Decode state (``AttentionState``): the rotated keys and the values of every
-pair kept so far, which of them are real tokens (padding is masked out), and
-the next position of each sequence (positions count real tokens only, so a
-left-padded row gets the same RoPE angles as the unpadded sequence).
+pair kept so far, which of them are real tokens (padding is masked out), the
+next position of each sequence (positions count real tokens only, so a
+left-padded row gets the same rotary angles as the unpadded sequence), and the
+running sums of causal GCLA.
 """
 from __future__ import annotations
 
@@ -25,56 +41,75 @@ from assocmem.memories.deprecation import moved, names_in
 
 from . import norm
 from .lower import FAMILIES
+from .wiola.atm import ATMOptions, causal_merged_attention, merge_starts, merge_tokens, unmerge
+from .wiola.gcla import AS_WRITTEN_NO_CACHE, ContextState, CrossLayerContext, GCLAOptions
+from .wiola.srpe import SRPEOptions, srpe_angles
 
 ATTENTION_FORMS = FAMILIES["softmax_attention"].ops  # form -> op, from the class table (lower.py)
+ATM_NO_CACHE = ("token merging (ATM) runs in training mode only and merges across the whole call; a cache "
+                "cannot be continued while it is on (Wiola §VIII-D: ATM is off at inference). Call model.eval() "
+                "to decode, or drop token_merge.")
 
 
 class AttentionState(NamedTuple):
     """KV cache of one attention layer.
 
-    keys [B, Hkv, N, K] (after RoPE), values [B, Hkv, N, V], valid [B, N] bool
-    (False = padding), pos [B] long (number of real tokens consumed).
+    keys [B, Hkv, N, K] (after the rotary map), values [B, Hkv, N, V], valid [B, N] bool
+    (False = padding), pos [B] long (number of real tokens consumed), context: the running
+    sums of causal GCLA (``ContextState``: sums [B, Λ', d_model], count [B]) or None.
     """
 
     keys: torch.Tensor
     values: torch.Tensor
     valid: torch.Tensor
     pos: torch.Tensor
+    context: ContextState | None = None
 
 
 class Attention(nn.Module):
-    """Multi-head causal softmax attention with RoPE, GQA, optional QK-norm and window
-    (a ``MixerModule``, mixers/layer.py)."""
+    """Multi-head causal softmax attention with a rotary map (RoPE or SRPE), GQA, optional QK-norm,
+    window and the Wiola options (a ``MixerModule``, mixers/layer.py)."""
 
     masks_padding = True  # forward takes mask [B, T] and masks padded keys itself
 
     def __init__(self, d_model: int, *, num_heads: int, head_dim: int, num_kv_heads: int | None = None,
-                 value_dim: int | None = None, rope: bool = True, rope_theta: float = 10000.0,
+                 value_dim: int | None = None, rope: bool | SRPEOptions = True, rope_theta: float = 10000.0,
                  qk_rmsnorm: bool = False, window: int | None = None, scale: float | None = None,
-                 form: str = "sdpa", layer_idx: int | None = None):
+                 form: str = "sdpa", layer_idx: int | None = None, output_gate: bool = False,
+                 cross_layer: GCLAOptions | None = None, token_merge: ATMOptions | None = None):
         super().__init__()
         kv = num_heads if num_kv_heads is None else num_kv_heads
         if num_heads % kv:
             raise ValueError(f"num_heads ({num_heads}) must be a multiple of num_kv_heads ({kv})")
-        if rope and head_dim % 2:
-            raise ValueError(f"RoPE needs an even head_dim, got {head_dim}")
+        if rope is not False and head_dim % 2:
+            raise ValueError(f"a rotary map (RoPE/SRPE) needs an even head_dim, got {head_dim}")
         if form not in ATTENTION_FORMS:
             raise ValueError(f"attention form {form!r} is not available; choose one of {sorted(ATTENTION_FORMS)}")
+        if token_merge is not None and window is not None:
+            raise ValueError("token_merge (ATM) with a sliding window is not supported; drop one of them")
         self.H, self.Hkv, self.K = num_heads, kv, head_dim
         self.V = head_dim if value_dim is None else value_dim
         self.rope, self.rope_theta, self.window, self.scale = rope, rope_theta, window, scale
-        self.form, self.layer_idx = form, layer_idx
+        self.form, self.layer_idx, self.token_merge = form, layer_idx, token_merge
         self.q_proj = nn.Linear(d_model, self.H * self.K, bias=False)
         self.k_proj = nn.Linear(d_model, self.Hkv * self.K, bias=False)
         self.v_proj = nn.Linear(d_model, self.Hkv * self.V, bias=False)
         self.o_proj = nn.Linear(self.H * self.V, d_model, bias=False)
         self.q_norm = norm.RMSNorm(self.K) if qk_rmsnorm else None
         self.k_norm = norm.RMSNorm(self.K) if qk_rmsnorm else None
+        self.gate_proj = nn.Linear(d_model, self.H * self.V, bias=False) if output_gate else None  # W_gate
+        self.context = None if cross_layer is None else CrossLayerContext(
+            d_model, cross_layer, num_heads=self.H, num_kv_heads=self.Hkv, head_dim=self.K, value_dim=self.V)
+        self.cross_layer_streams = 0 if cross_layer is None else cross_layer.summaries  # read by models/blocks.py
 
     def state_size(self, seq_len: int = 1) -> int:
-        """Floats held per sequence after ``seq_len`` tokens (the cache grows with T)."""
+        """Floats held per sequence after ``seq_len`` tokens (the cache grows with T; causal GCLA adds
+        its running sums and count)."""
         n = seq_len if self.window is None else min(seq_len, self.window)
-        return n * self.Hkv * (self.K + self.V)
+        context = 0
+        if self.context is not None and self.context.options.mode == "causal":
+            context = self.cross_layer_streams * self.context.k_ctx.in_features + 1
+        return n * self.Hkv * (self.K + self.V) + context
 
     def _positions(self, B, T, mask, state, device):
         """Absolute positions [B, T] counting real tokens only, and the next position [B]."""
@@ -84,35 +119,82 @@ class Attention(nn.Module):
         steps = mask.long().cumsum(1)  # [B, T]
         return pos0[:, None] + (steps - 1).clamp(min=0), pos0 + steps[:, -1]
 
+    def _rotate(self, q: torch.Tensor, k: torch.Tensor, pos: torch.Tensor):
+        """The rotary map of q [B, T, H, K] and k [B, T, Hkv, K] at positions pos [B, T]."""
+        if self.rope is False:
+            return q, k
+        if isinstance(self.rope, SRPEOptions):
+            cos, sin = srpe_angles(pos, self.K, self.rope_theta, self.rope, q.dtype)
+        else:
+            cos, sin = norm.rope_angles(pos, self.K, self.rope_theta, q.dtype)
+        return norm.apply_rope(q, cos, sin), norm.apply_rope(k, cos, sin)
+
+    def _merge_starts(self, x: torch.Tensor, mask, state) -> torch.Tensor | None:
+        """ATM's pair starts [B, T] in training mode (None when token merging is off)."""
+        if self.token_merge is None or not self.training:
+            return None
+        if state is not None:
+            raise ValueError(ATM_NO_CACHE)
+        return merge_starts(x, self.token_merge.tau, mask)
+
     def forward(self, x: torch.Tensor, *, state: AttentionState | None = None, mask: torch.Tensor | None = None,
-                return_state: bool = True):
-        """x [B, T, d_model]; mask [B, T] bool (True = real token) or None.
+                return_state: bool = True, streams: list[torch.Tensor] | None = None):
+        """x [B, T, d_model]; mask [B, T] bool (True = real token) or None; streams: the residual
+        streams entering this layer and the previous ones, newest last (needed by GCLA only).
 
         Returns (y [B, T, d_model], AttentionState or None).
         """
         B, T, _ = x.shape
+        if state is not None and self.context is not None and self.context.options.mode == "as_written":
+            raise ValueError(AS_WRITTEN_NO_CACHE)
+        starts = self._merge_starts(x, mask, state)
+        written_merge = starts is not None and self.token_merge.mode == "as_written"
+        if written_merge:  # eq. 31: pair starts hold the average, second tokens are masked out
+            x, keep = merge_tokens(x, starts)
+            mask_att = keep if mask is None else keep & mask.bool()
+        else:
+            mask_att = mask
         q = self.q_proj(x).view(B, T, self.H, self.K)
         k = self.k_proj(x).view(B, T, self.Hkv, self.K)
         v = self.v_proj(x).view(B, T, self.Hkv, self.V)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        pos, next_pos = self._positions(B, T, mask, state, x.device)
-        if self.rope:
-            cos, sin = norm.rope_angles(pos, self.K, self.rope_theta, q.dtype)
-            q, k = norm.apply_rope(q, cos, sin), norm.apply_rope(k, cos, sin)
+        pos, next_pos = self._positions(B, T, mask_att, state, x.device)
+        q, k = self._rotate(q, k, pos)
         prefix = None if state is None else (state.keys, state.values)
-        valid = self._valid(B, T, mask, state, x.device)
+        valid = self._valid(B, T, mask_att, state, x.device)
         key_mask = None if valid is None or bool(valid.all()) else valid
-        o, kv = ATTENTION_FORMS[self.form](q, k, v, scale=self.scale, window=self.window, initial_state=prefix,
-                                           output_final_state=return_state and mask is None, key_mask=key_mask)
+        if starts is not None and not written_merge:
+            o, kv = causal_merged_attention(q, k, v, starts, scale=self.scale, key_mask=key_mask), None
+        else:
+            o, kv = ATTENTION_FORMS[self.form](q, k, v, scale=self.scale, window=self.window, initial_state=prefix,
+                                               output_final_state=return_state and mask_att is None,
+                                               key_mask=key_mask)
+        context = None
+        if self.context is not None:
+            o, context = self.context(o, q, self._streams(streams), scale=self.scale, mask=mask,
+                                      state=None if state is None else state.context)
+        if self.gate_proj is not None:
+            o = o * torch.sigmoid(self.gate_proj(x)).view_as(o)  # eq. 28
         y = self.o_proj(o.reshape(B, T, self.H * self.V))
+        if written_merge:
+            y = unmerge(y, starts)  # eq. 32
         if not return_state:
             return y, None
-        if mask is None:  # no new padding: the op's cache (already cut to the window) is the state
+        if kv is not None:  # no new padding: the op's cache (already cut to the window) is the state
             n = kv[0].shape[2]
             valid = torch.ones(B, n, dtype=torch.bool, device=x.device) if valid is None else valid[:, -n:]
-            return y, AttentionState(kv[0], kv[1], valid, next_pos)
-        return y, self._packed_state(k, v, prefix, valid, next_pos)
+            return y, AttentionState(kv[0], kv[1], valid, next_pos, context)
+        if valid is None:
+            valid = torch.ones(B, T, dtype=torch.bool, device=x.device)
+        return y, self._packed_state(k, v, prefix, valid, next_pos)._replace(context=context)
+
+    def _streams(self, streams: list[torch.Tensor] | None) -> list[torch.Tensor]:
+        if not streams:
+            raise ValueError("this attention layer has cross_layer (GCLA) on: forward needs streams=[..., X_prev, "
+                             "X_this], the residual streams entering the previous layers and this one (the "
+                             "model's blocks pass them)")
+        return list(streams)[-self.cross_layer_streams:]
 
     def _packed_state(self, k, v, prefix, valid, next_pos) -> AttentionState:
         """Cache after a padded call: real pairs moved to the end of each row (order kept), so that

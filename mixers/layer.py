@@ -74,6 +74,10 @@ class MixerModule(Protocol):
     masks_padding: True if ``forward`` takes ``mask`` [B, T] (True = real token) and keeps padded
     tokens out of every output and state itself; False if it must not be given one (the caller
     then runs each row's real tokens on their own, models/blocks.run_mixer).
+
+    Optional: ``cross_layer_streams`` (int, absent = 0), the number of residual streams the module
+    reads besides x (Wiola's GCLA: the streams entering the previous layer and this one). The block
+    then calls ``forward(x, ..., streams=[...])`` with them, newest last.
     """
 
     masks_padding: bool
@@ -90,7 +94,8 @@ def _attention(spec: MixerSpec, d_model: int, form: str, layer_idx: int | None) 
     o, a = spec.layer, spec.layer.attention
     return Attention(d_model, num_heads=o.num_heads, head_dim=o.head_dim, num_kv_heads=a.num_kv_heads,
                      value_dim=o.value_dim, rope=a.rope, rope_theta=a.rope_theta, qk_rmsnorm=a.qk_norm == "rmsnorm",
-                     window=window_of(spec), scale=o.scale, form=lower(spec, form).name, layer_idx=layer_idx)
+                     window=window_of(spec), scale=o.scale, form=lower(spec, form).name, layer_idx=layer_idx,
+                     output_gate=a.output_gate, cross_layer=a.cross_layer, token_merge=a.token_merge)
 
 
 def _sca(spec: MixerSpec, d_model: int, form: str, layer_idx: int | None) -> nn.Module:

@@ -3,9 +3,12 @@
     h = x + Mixer(Norm(x))
     y = h + MLP(Norm(h))                (when the block has an MLP)
 
-Norm is RMSNorm or the identity (``block_norm``); MLP is SwiGLU or Nanda et al. 2023's ReLU MLP
-with biases (``mlp_kind``). A block with ``steer`` (models/steer.py) filters its update along the
-sequence: y = x + F(y − x).
+Norm is RMSNorm, WiolaRMSNorm or the identity (``NORMS``, ``block_norm``); the MLP is SwiGLU,
+Nanda et al. 2023's ReLU MLP with biases, or Wiola's dual-stream DSFF (``MLP_KINDS``, ``mlp_kind``).
+A block with ``steer`` (models/steer.py) filters its update along the sequence: y = x + F(y − x).
+A mixer with ``cross_layer_streams`` = n > 0 (Wiola's GCLA) also gets the last n residual streams
+entering the blocks up to this one (``streams``, newest last: the model's embedding output X⁽⁰⁾,
+then each block's input X⁽ˡ⁾).
 
 Padding. A mixer module that masks padding itself (``masks_padding``, attention)
 gets the mask. One that does not (a recurrent state, parametric or SCA, has no
@@ -27,8 +30,13 @@ from assocmem.mixers.foh import FOHConfig, FourierOnlyAttention
 from assocmem.mixers.layer import MixerModule, build_mixer
 from assocmem.mixers.norm import RMSNorm
 from assocmem.mixers.spec import MixerSpec
+from assocmem.mixers.wiola import DSFF, DSFFOptions, WiolaRMSNorm
+
 
 from .steer import Steer, SteerConfig, SteerState
+
+# norm kind -> module(dim, eps=...); "none" is the identity (Nanda et al. 2023's model has no norm)
+NORMS = {"rmsnorm": RMSNorm, "wiola": WiolaRMSNorm, "none": lambda dim, eps: nn.Identity()}
 
 
 class SwiGLU(nn.Module):
@@ -56,44 +64,62 @@ class ReLUMLP(nn.Module):
         return self.down_proj(F.relu(self.up_proj(x)))
 
 
-MLP_KINDS = {"swiglu": SwiGLU, "relu": ReLUMLP}
+# MLP kind -> module(kind, hidden width, d_model); DSFFOptions (kind "dsff") carries its own widths
+MLP_KINDS = {
+    "swiglu": lambda kind, hidden, d_model: SwiGLU(d_model, hidden),
+    "relu": lambda kind, hidden, d_model: ReLUMLP(d_model, hidden),
+    "dsff": lambda options, hidden, d_model: DSFF(d_model, options.hidden_a, options.hidden_b),
+}
+
+
+def build_mlp(kind: str | DSFFOptions, hidden: int, d_model: int) -> nn.Module | None:
+    """A block's MLP: ``kind`` swiglu | relu of width ``hidden``, or DSFFOptions; None when hidden = 0."""
+    name = getattr(kind, "kind", kind)
+    if name not in MLP_KINDS:
+        raise ValueError(f"mlp_kind must be one of {list(MLP_KINDS)} (dsff as DSFFOptions), got {kind!r}")
+    return MLP_KINDS[name](kind, hidden, d_model) if hidden else None
 
 
 def build_norm(kind: str, d_model: int, eps: float) -> nn.Module:
-    """RMSNorm (``rmsnorm``) or the identity (``none``)."""
-    if kind not in ("rmsnorm", "none"):
-        raise ValueError(f"block_norm must be 'rmsnorm' or 'none', got {kind!r}")
-    return RMSNorm(d_model, eps=eps) if kind == "rmsnorm" else nn.Identity()
+    """A norm of kind ``kind`` (a key of ``NORMS``)."""
+    if kind not in NORMS:
+        raise ValueError(f"block_norm must be one of {sorted(NORMS)}, got {kind!r}")
+    return NORMS[kind](d_model, eps=eps)
 
 
 class Block(nn.Module):
     """Pre-norm residual block: mixer, then an optional MLP."""
 
     def __init__(self, spec: MixerSpec, d_model: int, *, mlp_hidden: int, norm_eps: float,
-                 layer_idx: int, form: str = "auto", mlp_kind: str = "swiglu", norm: str = "rmsnorm",
+                 layer_idx: int, form: str = "auto", mlp_kind: str | DSFFOptions = "swiglu", norm: str = "rmsnorm",
                  steer: SteerConfig | None = None, foh: FOHConfig | None = None):
         super().__init__()
-        if mlp_kind not in MLP_KINDS:
-            raise ValueError(f"mlp_kind must be one of {list(MLP_KINDS)}, got {mlp_kind!r}")
         self.layer_idx = layer_idx
         self.mixer_norm = build_norm(norm, d_model, norm_eps)
         self.mixer = (build_mixer(spec, d_model, form=form, layer_idx=layer_idx) if foh is None else
                       FourierOnlyAttention(d_model, seq_len=foh.seq_len, mode=foh.mode, layer_idx=layer_idx))
-        self.mlp_norm = build_norm(norm, d_model, norm_eps) if mlp_hidden else None
-        self.mlp = MLP_KINDS[mlp_kind](d_model, mlp_hidden) if mlp_hidden else None
+        self.mlp = build_mlp(mlp_kind, mlp_hidden, d_model)
+        self.mlp_norm = build_norm(norm, d_model, norm_eps) if self.mlp is not None else None
         self.steer = Steer(steer) if steer is not None else None
+        self.cross_layer_streams = getattr(self.mixer, "cross_layer_streams", 0)
 
-    def forward(self, x: torch.Tensor, *, state=None, mask: torch.Tensor | None = None, return_state: bool = True):
-        """x [B, T, d_model]; mask [B, T] bool (True = real token) or None -> (y, state).
+    def forward(self, x: torch.Tensor, *, state=None, mask: torch.Tensor | None = None, return_state: bool = True,
+                streams: list[torch.Tensor] | None = None):
+        """x [B, T, d_model]; mask [B, T] bool (True = real token) or None; streams: residual streams
+        entering the blocks up to this one, newest last (read when cross_layer_streams > 0) -> (y, state).
 
         With a causal ``steer`` the state is a BlockState (mixer state, steering history)."""
+        if self.cross_layer_streams and not streams:
+            raise ValueError(f"block {self.layer_idx}: its mixer reads the residual streams of earlier layers "
+                             f"(cross_layer); pass streams=[..., x]")
+        streams = list(streams)[-self.cross_layer_streams:] if self.cross_layer_streams else None
         stateful_steer = self.steer is not None and self.steer.cfg.mode == "causal"
         if self.steer is not None and not stateful_steer and state is not None:
             raise ValueError(f"layer {self.layer_idx}: steer mode circular (as written) filters over the whole "
                              f"sequence, future included: it has no incremental decode; use mode: causal")
         mixer_state, steer_state = (state.mixer, state.steer) if stateful_steer and state is not None else (state, None)
         y, mixer_state = run_mixer(self.mixer, self.mixer_norm(x), state=mixer_state, mask=mask,
-                                   return_state=return_state)
+                                   return_state=return_state, streams=streams)
         h = x + y
         if self.mlp is not None:
             h = h + self.mlp(self.mlp_norm(h))
@@ -116,8 +142,14 @@ class BlockState(NamedTuple):
     steer: SteerState | None
 
 
-def run_mixer(mixer: MixerModule, x: torch.Tensor, *, state, mask: torch.Tensor | None, return_state: bool):
-    """Call ``mixer`` on x [B, T, D], honouring a padding mask [B, T] (see the module docstring)."""
+def run_mixer(mixer: MixerModule, x: torch.Tensor, *, state, mask: torch.Tensor | None, return_state: bool,
+              streams: list[torch.Tensor] | None = None):
+    """Call ``mixer`` on x [B, T, D], honouring a padding mask [B, T] (see the module docstring);
+    ``streams`` goes to a mixer that reads earlier residual streams (it must mask padding itself)."""
+    if streams is not None:
+        if not mixer.masks_padding:
+            raise ValueError(f"{type(mixer).__name__} reads residual streams but does not mask padding itself")
+        return mixer(x, state=state, mask=mask, return_state=return_state, streams=streams)
     if mixer.masks_padding:
         return mixer(x, state=state, mask=mask, return_state=return_state)
     if mask is None or bool(mask.all()):

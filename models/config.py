@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator,
 
 from assocmem.memories import NonParametric
 from assocmem.mixers import MixerSpec, get_preset
+from assocmem.mixers.wiola import DSFFOptions
 
 from assocmem.mixers.foh import FOHConfig
 
@@ -46,7 +47,7 @@ class LayerPlan(NamedTuple):
     name: str | None  # its name in the pattern (preset or alias), or its MixerSpec's name
     spec: MixerSpec
     form: str  # the requested form ('auto' or a form of the spec's class)
-    mlp: bool  # whether its block has a SwiGLU MLP
+    mlp: bool  # whether its block has an MLP (SwiGLU, ReLU or DSFF: HybridConfig.mlp_kind)
 
 _TOKEN = re.compile(r"^([A-Za-z_][A-Za-z0-9_\-]*)(?:\*(\d+))?$")
 
@@ -78,13 +79,14 @@ class HybridConfig(BaseModel):
     mlp_hidden: int | None = Field(None, gt=0, description="explicit SwiGLU hidden width (overrides mlp_ratio)")
     mlp_layers: Literal["all", "attention"] | list[int] = Field(
         "all", description="which blocks have an MLP: all, only the attention (nonparametric) ones, or indices")
-    mlp_kind: Literal["swiglu", "relu"] = Field(
+    mlp_kind: Literal["swiglu", "relu"] | DSFFOptions = Field(
         "swiglu", description="swiglu: (SiLU(x W_g) ⊙ x W_u) W_d; relu: ReLU(x W_in + b_in) W_out + b_out "
-        "(the MLP of Nanda et al. 2023's grokking model)")
+        "(the MLP of Nanda et al. 2023's grokking model), both of width mlp_hidden or mlp_ratio · d_model; or "
+        "{kind: dsff, hidden_a, hidden_b}, Wiola's dual-stream DSFF (mixers/wiola/dsff.py)")
     tie_embeddings: bool = Field(True, description="lm_head shares the embedding matrix")
-    block_norm: Literal["rmsnorm", "none"] = Field(
-        "rmsnorm", description="the pre-norms of every block and the final norm: rmsnorm, or none (Nanda et al. "
-        "2023's one-layer model has no LayerNorm)")
+    block_norm: Literal["rmsnorm", "none", "wiola"] = Field(
+        "rmsnorm", description="the pre-norms of every block and the final norm: rmsnorm; none (Nanda et al. "
+        "2023's one-layer model has no LayerNorm); or wiola, WiolaRMSNorm γ ⊙ (x + δ)/RMS(x + δ) (Wiola eq. 9)")
     position_embedding: Literal["none", "learned"] = Field(
         "none", description="absolute positions added to the token embeddings: none (position comes from the "
         "mixers: RoPE, recurrence, convolution) or learned (a [max_positions, d_model] table, as GPT-2 and "
@@ -98,7 +100,7 @@ class HybridConfig(BaseModel):
     steer: dict[int, SteerConfig] = Field(
         default_factory=dict, description="spectral steering of a block's update along the sequence, by 0-indexed "
         "layer: {kind: lowpass|highpass, cutoff, mode: circular|causal, seq_len} (seed 003's ST-1; models/steer.py)")
-    norm_eps: float = Field(1e-6, gt=0, description="RMSNorm epsilon of the block norms")
+    norm_eps: float = Field(1e-6, gt=0, description="epsilon of the block and final norms")
     init_std: float = Field(0.02, gt=0, description="std of the normal init of embeddings and projections")
 
     @field_validator("layers", mode="before")
@@ -212,7 +214,7 @@ class HybridConfig(BaseModel):
         return MixerSpec.model_validate(data)
 
     def _mlp_flags(self, specs: list[MixerSpec]) -> list[bool]:
-        if self.mlp_ratio == 0 and self.mlp_hidden is None:
+        if not isinstance(self.mlp_kind, DSFFOptions) and self.mlp_ratio == 0 and self.mlp_hidden is None:
             return [False] * len(specs)
         if self.mlp_layers == "all":
             return [True] * len(specs)
@@ -222,7 +224,14 @@ class HybridConfig(BaseModel):
 
     @property
     def mlp_width(self) -> int:
+        """SwiGLU / ReLU hidden width (mlp_hidden, else mlp_ratio · d_model)."""
         return self.mlp_hidden if self.mlp_hidden is not None else int(round(self.mlp_ratio * self.d_model))
+
+    def block_mlp_hidden(self, layer: LayerPlan) -> int:
+        """The ``mlp_hidden`` a block of ``layer`` gets: 0 = no MLP; DSFF's widths are in mlp_kind."""
+        if not layer.mlp:
+            return 0
+        return max(self.mlp_width, 1) if isinstance(self.mlp_kind, DSFFOptions) else self.mlp_width
 
     @property
     def depth(self) -> int:

@@ -23,6 +23,7 @@ from transformers import initialization as init
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 
 from assocmem.mixers.norm import RMSNorm
+from assocmem.mixers.wiola import WiolaRMSNorm
 
 from .blocks import Block, build_norm
 from .cache import AssocMemCache
@@ -134,6 +135,9 @@ class AssocMemPreTrainedModel(PreTrainedModel):
                 init.zeros_(module.bias)
         elif isinstance(module, RMSNorm):
             init.ones_(module.weight)
+        elif isinstance(module, WiolaRMSNorm):
+            init.ones_(module.weight)
+            init.zeros_(module.offset)
 
 
 class AssocMemModel(AssocMemPreTrainedModel):
@@ -143,14 +147,15 @@ class AssocMemModel(AssocMemPreTrainedModel):
         super().__init__(config)
         hc = config.hybrid_config
         self.embed_tokens = nn.Embedding(hc.vocab_size, hc.d_model)
-        width = hc.mlp_width
         self.embed_positions = (nn.Embedding(hc.max_positions, hc.d_model)
                                 if hc.position_embedding == "learned" else None)
         self.layers = nn.ModuleList(
-            Block(layer.spec, hc.d_model, mlp_hidden=width if layer.mlp else 0, norm_eps=hc.norm_eps, layer_idx=i,
-                  form=layer.form, mlp_kind=hc.mlp_kind, norm=hc.block_norm, steer=hc.steer.get(i), foh=hc.foh_layers.get(i))
+            Block(layer.spec, hc.d_model, mlp_hidden=hc.block_mlp_hidden(layer), norm_eps=hc.norm_eps, layer_idx=i,
+                  form=layer.form, mlp_kind=hc.mlp_kind, norm=hc.block_norm, steer=hc.steer.get(i),
+                  foh=hc.foh_layers.get(i))
             for i, layer in enumerate(hc.plan))
         self.norm = build_norm(hc.block_norm, hc.d_model, hc.norm_eps)
+        self._streams = max((block.cross_layer_streams for block in self.layers), default=0)
         self._cache_token = uuid.uuid4().hex[:8]
         self.post_init()
 
@@ -185,8 +190,11 @@ class AssocMemModel(AssocMemPreTrainedModel):
         if self.embed_positions is not None:
             h = h + self._positions(T, 0 if cache is None else cache.seen_tokens, mask)
         hidden = [h] if output_hidden_states else None
+        streams: list[torch.Tensor] = []  # residual streams entering the blocks, kept for cross-layer mixers (GCLA)
         for i, block in enumerate(self.layers):
-            h, state = block(h, state=None if cache is None else cache[i], mask=mask, return_state=cache is not None)
+            streams = (streams + [h])[-self._streams:] if self._streams else streams
+            h, state = block(h, state=None if cache is None else cache[i], mask=mask, return_state=cache is not None,
+                             streams=streams or None)
             if cache is not None:
                 cache[i] = state
             if hidden is not None:

@@ -16,6 +16,14 @@ the transformer. Hybrids put attention at the Table 4.1 layers:
 (Gated DeltaNet or Mamba2) have the short conv and no positional embedding;
 they use the same 12 heads of 64.
 
+wiola-360m (Wiola paper, seed 002, §IV and §X; its Tables I, III and IV are missing from
+the text): d_model 1024, 16 layers, vocab 32000, tied head, 4 KV heads of 64 as the text gives
+them (eq. 38). Assumed: 16 query heads (H·d_h = d), θ₀ = 10⁴, SRPE k_s = 4, a_s = 0.1, f_s = 0.5,
+DSFF d_A = d, d_B = 5d, ε = 1e-6. Every layer: WiolaRMSNorm → attention with SRPE, GQA, GCLA
+(Λ = 2, φ₀ = −3) and the sigmoid output gate → WiolaRMSNorm → DSFF; ATM (τ = 0.92) in the middle
+third, layers [L/3, 2L/3) = 5..9. The presets use the causal GCLA and ATM; ``wiola_config(...,
+mode="as_written")`` builds the paper's versions (``wiola-tiny-as-written``).
+
 *-tiny: the same layer patterns at d_model 64 for tests and CPU experiments.
 
 st1-tiny (seed 003 Table 8 at d_model 64, byte vocabulary 257, sequences of 128): ST-1 as written
@@ -28,6 +36,9 @@ from __future__ import annotations
 from typing import Callable
 
 import torch
+
+from assocmem.mixers import MixerSpec, get_preset
+from assocmem.mixers.wiola import DSFFOptions
 
 from .config import HybridConfig
 
@@ -67,6 +78,32 @@ def _st1(mode: str | None, d: int = 64, seq_len: int = 128, vocab: int = 257) ->
                         max_positions=seq_len, steer=steer, foh_layers=foh)
 
 
+WIOLA_SRPE = {"kind": "srpe", "k_s": 4.0, "a_s": 0.1, "f_s": 0.5}  # assumed (Table I missing)
+
+
+def wiola_layer(num_heads: int, head_dim: int, num_kv_heads: int, *, gcla: str | None = "causal",
+                merge: str | None = None) -> MixerSpec:
+    """A Wiola attention layer: SRPE, GQA and the sigmoid output gate, with GCLA in mode ``gcla`` and
+    ATM in mode ``merge`` (None = off)."""
+    data = get_preset("softmax").model_dump()
+    data["name"] = "wiola_attn" if merge is None else "wiola_attn_atm"
+    data["layer"].update(num_heads=num_heads, head_dim=head_dim)
+    data["layer"]["attention"].update(num_kv_heads=num_kv_heads, rope=WIOLA_SRPE, output_gate=True,
+                                      cross_layer=None if gcla is None else {"mode": gcla},
+                                      token_merge=None if merge is None else {"mode": merge, "tau": 0.92})
+    return MixerSpec.model_validate(data)
+
+
+def wiola_config(d: int, n_layers: int, vocab: int, heads: int, kv: int, hidden_a: int, hidden_b: int, *,
+                 mode: str = "causal", gcla_mode: str | None = None, atm_mode: str | None = None) -> HybridConfig:
+    """The Wiola stack (module docstring); ``gcla_mode`` / ``atm_mode`` override ``mode`` per component."""
+    lo, hi = n_layers // 3, 2 * n_layers // 3  # ATM: the middle third
+    layers = [wiola_layer(heads, d // heads, kv, gcla=gcla_mode or mode, merge=(atm_mode or mode) if lo <= i < hi
+                          else None) for i in range(n_layers)]
+    return HybridConfig(d_model=d, vocab_size=vocab, layers=layers, block_norm="wiola",
+                        mlp_kind=DSFFOptions(hidden_a=hidden_a, hidden_b=hidden_b), tie_embeddings=True)
+
+
 def _registry() -> dict[str, Callable[[], HybridConfig]]:
     reg: dict[str, Callable[[], HybridConfig]] = {
         "nautile-370m": lambda: _nautile(1024, 16, 4, 16, 100300, NAUTILE_MLP_HIDDEN, 24),
@@ -76,6 +113,11 @@ def _registry() -> dict[str, Callable[[], HybridConfig]]:
         "st1-tiny": lambda: _st1("circular"),
         "st1-tiny-causal": lambda: _st1("causal"),
         "st1-tiny-baseline": lambda: _st1(None),
+
+
+        "wiola-360m": lambda: wiola_config(1024, 16, 32000, 16, 4, 1024, 5120),
+        "wiola-tiny": lambda: wiola_config(64, 6, 512, 4, 2, 64, 256),
+        "wiola-tiny-as-written": lambda: wiola_config(64, 6, 512, 4, 2, 64, 256, mode="as_written"),
     }
     for mixer in ("gdn", "mamba2"):
         for pct in TABLE_4_1:

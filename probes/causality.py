@@ -148,6 +148,33 @@ def model_causality(model: torch.nn.Module, input_ids: torch.Tensor, *, target: 
                            perturb=_perturb_ids(vocab), target=target, atol=atol, cuts=cuts, seed=seed)
 
 
+def probe_ids(vocab_size: int, seq_len: int, seed: int = 0) -> torch.Tensor:
+    """The input ids of the model check [2, seq_len]: row 0 uniform random ids; row 1 random ids each
+    written twice (a a b b ...), adjacent duplicates where a token-merging layer (Wiola's ATM) merges."""
+    gen = torch.Generator().manual_seed(seed)
+    uniform = torch.randint(0, vocab_size, (1, seq_len), generator=gen)
+    pairs = torch.randint(0, vocab_size, (1, (seq_len + 1) // 2), generator=gen).repeat_interleave(2, dim=1)
+    return torch.cat([uniform, pairs[:, :seq_len]])
+
+
+def model_causality_in_modes(model: torch.nn.Module, input_ids: torch.Tensor, modes: list[str], *,
+                             target: str = "model", atol: float = 0.0, seed: int = 0) -> list[CausalityReport]:
+    """``model_causality`` with the model in each of ``modes`` ('eval', 'train'); targets get the mode
+    as a suffix. Training mode matters for layers that run in training only (Wiola's token merging);
+    a model with dropout is not deterministic in training mode and would show noise as leaks."""
+    bad = sorted(set(modes) - {"eval", "train"})
+    if bad or not modes:
+        raise ValueError(f"modes: choose from 'eval' and 'train', got {modes}")
+    was_training, reports = model.training, []
+    try:
+        for mode in modes:
+            model.train(mode == "train")
+            reports.append(model_causality(model, input_ids, target=f"{target} ({mode})", atol=atol, seed=seed))
+    finally:
+        model.train(was_training)
+    return reports
+
+
 def spec_causality(spec, *, form: str = "auto", seq_len: int = 19, atol: float = 0.0, seed: int = 0,
                    chunk_size: int | None = 8) -> CausalityReport:
     """(a) on the lowered op of a MixerSpec (or preset name), random float64 inputs consistent

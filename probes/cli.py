@@ -130,6 +130,9 @@ def _causality_parser(sub) -> None:
     c.add_argument("--seq-len", type=int, default=19, help="sequence length (default 19)")
     c.add_argument("--atol", type=float, default=0.0, help="allowed change (default 0: bit-identical)")
     c.add_argument("--ops", action="store_true", help="also check every exact form of each mixer spec's op")
+    c.add_argument("--modes", nargs="+", choices=["eval", "train"], default=["eval"],
+                   help="modes to check models in (default eval; add train for layers that run in training only, "
+                        "e.g. Wiola's token merging; a model with dropout is random in train mode)")
     add_common_flags(c)
     c.set_defaults(func=lambda a: _run(_causality, a))
 
@@ -141,11 +144,10 @@ def _expand_targets(targets: list[str]) -> list[str]:
 
 
 def _causality(args) -> Path:
-    import torch
     from assocmem.mixers import ALIASES, MixerSpec, list_presets
     from assocmem.mixers.lower import APPROXIMATE, available_forms
 
-    from .causality import model_causality, preset_mixer_causality, spec_causality
+    from .causality import model_causality_in_modes, preset_mixer_causality, probe_ids, spec_causality
     from .plotting import CurvePanel, save_curve_panels
 
     out = probe_io.prepare_out(args.out, args.overwrite)
@@ -163,9 +165,9 @@ def _causality(args) -> Path:
                         reports.append(spec_causality(s, form=form, seq_len=args.seq_len, atol=args.atol))
         else:
             model, _ = probe_io.load_model(target)
-            vocab = int(model.config.vocab_size)
-            ids = torch.randint(0, vocab, (2, args.seq_len), generator=torch.Generator().manual_seed(args.seed))
-            reports.append(model_causality(model, ids, target=f"model:{target}", atol=args.atol, seed=args.seed))
+            ids = probe_ids(int(model.config.vocab_size), args.seq_len, args.seed)
+            reports += model_causality_in_modes(model, ids, args.modes, target=f"model:{target}", atol=args.atol,
+                                                seed=args.seed)
     for r in reports:
         print(f"{r.target}: {'causal' if r.causal else f'LEAKS from position {r.first_leak}'} "
               f"(max leak {r.max_leak:.3g})")

@@ -10,13 +10,13 @@ sees the future, as a causal variant.
 from .atm import (
     ATMOptions, causal_merged_attention, causal_visibility, merge_ratio, merge_starts, merge_tokens, unmerge,
 )
-from .dsff import DSFF
+from .dsff import DSFF, DSFFOptions
 from .gcla import ContextState, CrossLayerContext, GCLAOptions, stream_summaries
 from .norm import WiolaRMSNorm
 from .srpe import SRPEOptions, srpe_angles
 
 __all__ = [
-    "WiolaRMSNorm", "SRPEOptions", "srpe_angles", "DSFF",
+    "WiolaRMSNorm", "SRPEOptions", "srpe_angles", "DSFF", "DSFFOptions",
     "GCLAOptions", "ContextState", "CrossLayerContext", "stream_summaries",
     "ATMOptions", "merge_starts", "merge_tokens", "unmerge", "merge_ratio", "causal_visibility",
     "causal_merged_attention",

@@ -13,9 +13,22 @@ of the paper's Table I are missing from the text, so both are required.
 """
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class DSFFOptions(BaseModel):
+    """DSFF as a block's MLP (``HybridConfig.mlp_kind``): the two stream widths, both required."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["dsff"] = Field("dsff", description="tag of the MLP kind")
+    hidden_a: int = Field(..., gt=0, description="d_A, width of the narrow SwiGLU stream A (eq. 34)")
+    hidden_b: int = Field(..., gt=0, description="d_B, width of the wide GELU stream B (eq. 35), d_B ≫ d_A")
 
 
 class DSFF(nn.Module):

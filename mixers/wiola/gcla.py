@@ -34,6 +34,12 @@ import torch.nn as nn
 from pydantic import BaseModel, ConfigDict, Field
 
 
+AS_WRITTEN_NO_CACHE = (
+    "GCLA mode 'as_written' summarises each layer by its mean over all T positions (Wiola eq. 20), which needs "
+    "the whole sequence: it cannot continue from a cache (decode). Use mode 'causal' (prefix means with running "
+    "sums) to decode.")
+
+
 class GCLAOptions(BaseModel):
     """The cross-layer context of an attention layer (eqs. 20–27)."""
 
@@ -68,9 +74,7 @@ def stream_summaries(streams: list[torch.Tensor], mode: str, *, mask: torch.Tens
     real = torch.ones(B, T, dtype=x.dtype, device=x.device) if mask is None else mask.to(x.dtype)
     if mode == "as_written":
         if state is not None:
-            raise ValueError("GCLA mode 'as_written' summarises each layer by its mean over all T positions "
-                             "(Wiola eq. 20), which needs the whole sequence: it cannot continue from a cache "
-                             "(decode). Use mode 'causal' (prefix means with running sums) to decode.")
+            raise ValueError(AS_WRITTEN_NO_CACHE)
         total = (x * real[:, :, None, None]).sum(1, keepdim=True)        # [B, 1, Λ', d]
         return total / real.sum(1).clamp(min=1)[:, None, None, None], None
     sums = (x * real[:, :, None, None]).cumsum(1)                         # [B, T, Λ', d]
