@@ -1,4 +1,5 @@
-"""``assocmem probe graph-tracing | recall | causality | capacity | hybrid-experiment | sounding | grokking-experiment | leak-experiment``.
+"""``assocmem probe graph-tracing | recall | causality | capacity | hybrid-experiment | sounding |
+grokking-experiment | leak-experiment | wiola-experiment | wiola-claims``.
 
 Every probe writes <out>/<probe>.json and its PNG figures into the output folder
 named by ``--out`` and prints that folder when done. An existing non-empty
@@ -15,7 +16,7 @@ from pathlib import Path
 
 from assocmem.memories.deprecation import moved, names_in
 
-from . import experiment_hybrid, grokking, leak, sounding
+from . import experiment_hybrid, experiment_wiola, grokking, leak, sounding, wiola_claims
 from . import io as probe_io
 from .io import add_common_flags, write_json
 
@@ -35,6 +36,8 @@ def register(subparsers) -> None:
     sounding.register(sub)
     grokking.register(sub)
     leak.register(sub)
+    experiment_wiola.register(sub)
+    wiola_claims.register(sub)
 
 
 def _run(fn, args) -> int:

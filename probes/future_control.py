@@ -53,7 +53,7 @@ def future_control(model, blocks: torch.Tensor, cuts: list[int], *, random_ids: 
         x = blocks[start:start + batch_size]
         logits = model(input_ids=x).logits  # [n, T, vocab]
         for i, c in enumerate(cuts):
-            real[i] += F.cross_entropy(logits[:, c].double(), x[:, c + 1], reduction="sum")
+            real[i] += F.cross_entropy(logits[:, c].double(), x[:, c + 1], reduction="none").sum()
             noisy = x.clone()
             noisy[:, c + 1:] = torch.randint(0, random_ids, noisy[:, c + 1:].shape, generator=gen)
             control[i] += _losses_at(model, noisy, c, x[:, c + 1]).sum()
