@@ -20,7 +20,10 @@ trains three byte-level models of equal size on a local text and measures, after
 If the as-written model's bpc collapses while its bpc_control does not, and the causal model tracks
 the baseline, the snap is a leak.
 
-    assocmem probe leak-experiment --text FILE --seeds 0 1 2 --epochs 20 --out runs/leak --result leak.json
+The text is the repository's procedural story text (training/textgen.py, ``--procedural-chars`` characters
+from ``--text-seed``; written to OUT/text.txt) unless ``--text FILE`` names a local file.
+
+    assocmem probe leak-experiment --seeds 0 1 2 --epochs 20 --out runs/leak --result leak.json
 """
 from __future__ import annotations
 
@@ -237,7 +240,12 @@ def register(sub) -> None:
 
     g = sub.add_parser("leak-experiment", help="seed 003 §7.3: ST-1 as written vs causal vs baseline, BPC and "
                        "BPC with the future replaced by random bytes")
-    g.add_argument("--text", required=True, help="a local text file (byte-level; the last 10 %% of blocks held out)")
+    source = g.add_mutually_exclusive_group()
+    source.add_argument("--text", help="a local text file (byte-level; the last 10 %% of blocks held out); default: "
+                        "the procedural text of training/textgen.py")
+    source.add_argument("--procedural-chars", type=int, default=51_200,
+                        help="characters of procedural text when no --text is given (default 51200)")
+    g.add_argument("--text-seed", type=int, default=0, help="seed of the procedural text (default 0)")
     g.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds (default 0 1 2)")
     g.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS), help="models")
     g.add_argument("--epochs", type=int, default=20, help="passes over the training blocks (default 20)")
@@ -260,19 +268,42 @@ def _cli(args) -> int:
     return 0
 
 
+def text_file(args, out: Path) -> tuple[Path, dict]:
+    """The text to train on and a record of where it came from (name, characters, sha256).
+
+    ``--text FILE`` is used as it is; otherwise ``procedural_text(--procedural-chars, --text-seed)`` is
+    written to ``out/text.txt`` (the same bytes on every machine).
+    """
+    import hashlib
+
+    from assocmem.training.textgen import procedural_text
+
+    if args.text is not None:
+        path = Path(args.text).resolve()
+        source = {"kind": "file", "name": path.name}
+    else:
+        if args.procedural_chars < 1024:
+            raise ValueError(f"--procedural-chars must be >= 1024 (a few 128-byte blocks), got {args.procedural_chars}")
+        path = out / "text.txt"
+        path.write_text(procedural_text(args.procedural_chars, args.text_seed))
+        source = {"kind": "procedural", "chars": args.procedural_chars, "seed": args.text_seed}
+    data = path.read_bytes()
+    return path, {**source, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
 def run_cli(args) -> Path:
     from assocmem.training.results import command_line, write_result
 
     from .io import prepare_out
 
-    text = Path(args.text)
-    if not text.is_file():
-        raise FileNotFoundError(f"--text {text} is not a file")
+    if args.text is not None and not Path(args.text).is_file():
+        raise FileNotFoundError(f"--text {args.text} is not a file")
     if args.result and Path(args.result).exists() and not args.overwrite:
         raise FileExistsError(f"--result {args.result} exists; pass --overwrite to replace it")
     out = prepare_out(args.out, args.overwrite)
+    text, source = text_file(args, out)
     start = time.perf_counter()
-    records = run_experiment(text=text.resolve(), seeds=args.seeds, models=args.models, epochs=args.epochs,
+    records = run_experiment(text=text, seeds=args.seeds, models=args.models, epochs=args.epochs,
                              jobs=args.jobs, out=out, cuts_per_block=args.cuts)
     rows = summarize(records)
     minutes = (time.perf_counter() - start) / 60
@@ -284,11 +315,12 @@ def run_cli(args) -> Path:
     if args.result:
         per_seed = {s: {f"{r['model']}/{k}": r[k] for r in records if r["seed"] == s
                         for k in ("final_bpc", "final_bpc_control", "final_bpc_tf_at_cuts")} for s in args.seeds}
-        extra = {"rows": rows, "minutes": minutes, "epochs": args.epochs, "text": text.name, "jobs": args.jobs,
+        extra = {"rows": rows, "minutes": minutes, "epochs": args.epochs, "text": source, "jobs": args.jobs,
                  "curves": {r["name"]: {"bpc": r["bpc_curve"], "control": r["control_curve"]} for r in records},
                  "snap_epoch": {r["name"]: r["snap_epoch"] for r in records}}
         write_result(args.result, name="spectral-leak", command=command_line("assocmem"), seeds=args.seeds,
                      per_seed=per_seed, extra=extra, overwrite=args.overwrite,
-                     description="Seed 003 §7.3: byte-level ST-1 (as written, causal) vs baseline on a local text; "
+                     description="Seed 003 §7.3: byte-level ST-1 (as written, causal) vs baseline on the procedural text "
+                                 "(or --text); "
                                  "held-out BPC and BPC with the future replaced by random bytes")
     return out

@@ -1,15 +1,18 @@
 """The ST-1 leak experiment (seed 003 §7.3): the presets, the future control, the snap, one tiny run."""
+import hashlib
 import json
+from argparse import Namespace
 
 import pytest
 import torch
 
 from assocmem.models import build_model, output_cache
 from assocmem.probes.causality import model_causality
-from assocmem.probes.leak import future_control, leak_config, markdown_table, snap_epoch, summarize
+from assocmem.probes.leak import future_control, leak_config, markdown_table, snap_epoch, summarize, text_file
 from assocmem.training.cli import main as cli_main
 from assocmem.training.config import config_from_dict
 from assocmem.training.tasks import arrays_to_dataset
+from assocmem.training.textgen import procedural_text
 
 
 def test_st1_as_written_leaks_and_the_causal_st1_does_not():
@@ -60,6 +63,19 @@ def test_snap_is_a_30_percent_drop_within_ten_epochs():
     assert snap_epoch([(0, 8.0), (1, 2.0)]) == 1
 
 
+def test_the_text_is_a_given_file_or_the_repository_s_procedural_text(tmp_path):
+    text = tmp_path / "t.txt"
+    text.write_bytes(b"abc\n" * 300)
+    path, source = text_file(Namespace(text=str(text), procedural_chars=51_200, text_seed=0), tmp_path)
+    assert path == text.resolve() and source == {"kind": "file", "name": "t.txt", "bytes": 1200,
+                                                 "sha256": hashlib.sha256(b"abc\n" * 300).hexdigest()}
+    (tmp_path / "o").mkdir()
+    path, source = text_file(Namespace(text=None, procedural_chars=5000, text_seed=3), tmp_path / "o")
+    assert path.read_text() == procedural_text(5000, 3) and source["kind"] == "procedural" and source["seed"] == 3
+    with pytest.raises(ValueError, match="procedural-chars must be >= 1024"):
+        text_file(Namespace(text=None, procedural_chars=100, text_seed=0), tmp_path)
+
+
 def test_configs_and_a_tiny_run_end_to_end(tmp_path):
     text = tmp_path / "t.txt"
     text.write_text("".join(f"line {i}: the quick brown fox jumps over the lazy dog.\n" for i in range(120)))
@@ -67,8 +83,10 @@ def test_configs_and_a_tiny_run_end_to_end(tmp_path):
     assert cfg.train.grad_transforms[0].param == "model.embed_positions.weight" and cfg.model.preset == "st1-tiny-causal"
     assert config_from_dict(leak_config("baseline", 0, text, 1, tmp_path / "y")).train.grad_transforms == []
     out, result = tmp_path / "leak", tmp_path / "leak.json"
-    assert cli_main(["probe", "leak-experiment", "--text", str(text), "--seeds", "0", "--epochs", "1", "--cuts", "1",
-                     "--jobs", "1", "--out", str(out), "--result", str(result)]) == 0
+    assert cli_main(["probe", "leak-experiment", "--procedural-chars", "6000", "--seeds", "0", "--epochs", "1",
+                     "--cuts", "1", "--jobs", "1", "--out", str(out), "--result", str(result)]) == 0
+    assert (out / "text.txt").read_text() == procedural_text(6000, 0)
+    assert json.loads(result.read_text())["extra"]["text"]["kind"] == "procedural"
     runs = json.loads((out / "leak.json").read_text())["runs"]
     assert [r["model"] for r in runs] == ["baseline", "st1_as_written", "st1_causal"]
     assert all([e for e, _ in r["bpc_curve"]] == [0, 1] for r in runs)
