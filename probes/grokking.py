@@ -36,7 +36,9 @@ VARIANTS: dict[str, list[dict]] = {
     "pfft_fundamental": [{"kind": "pfft", "prescription": "fundamental"}],
     "adaptive_k5": [{"kind": "fgp_adaptive", "top_k": 5}],
     "grokfast_ema": [{"kind": "grokfast_ema", "alpha": 0.98, "lamb": 2.0}],
+    "pfft_spread5_p113": [{"kind": "pfft", "prescription": "spread5_p113"}],
 }
+ONLY_FOR_P = {"pfft_spread5_p113": 113}   # variants that belong to one modulus (Table 2's near-Nyquist set for p = 113)
 EMBEDDING = "model.embed_tokens.weight"
 THRESHOLD = 0.99
 
@@ -44,8 +46,18 @@ THRESHOLD = 0.99
 PAPER = {
     97: {"baseline": (782.0, 95.4, 450.7), "pfft_wrong_high": (57.3, 3.8, 9.3), "pfft_nanda3": (191.3, 4.8, 32.3),
          "pfft_fundamental": (789.7, 62.1, 148.7), "adaptive_k5": (97.0, 7.0, 38.3)},
-    113: {"baseline": (321.0, None, None)},
+    113: {"baseline": (321.0, None, None), "pfft_spread5_p113": (75.0, None, None)},
 }
+
+
+def runs_for(ps: list[int], variants: list[str]) -> list[tuple[int, str]]:
+    """The (p, variant) pairs to run: every variant for every p, except a p-specific one off its own p."""
+    return [(p, v) for p in ps for v in variants if ONLY_FOR_P.get(v, p) == p]
+
+
+def result_name(ps: list[int]) -> str:
+    """The name of the result record: ``spectral-grokking-p97`` (one record per modulus and command)."""
+    return "spectral-grokking-" + "-".join(f"p{p}" for p in ps)
 
 
 def nanda_config(p: int, seed: int, variant: str, epochs: int, run_dir: Path) -> dict:
@@ -149,7 +161,7 @@ def run_one(cfg_dict: dict, *, eval_every: int, patience: int) -> dict:
 def run_experiment(*, ps: list[int], seeds: list[int], variants: list[str], epochs: int, eval_every: int,
                    patience: int, jobs: int, out: Path) -> list[dict]:
     """Every (p, variant, seed) run, ``jobs`` at a time (one torch thread each)."""
-    todo = [(p, v, s) for p in ps for v in variants for s in seeds]
+    todo = [(p, v, s) for p, v in runs_for(ps, variants) for s in seeds]
     configs = [nanda_config(p, s, v, epochs, out / "runs" / f"p{p}-{v}-s{s}") for p, v, s in todo]
     records: list[dict] = []
     ctx = multiprocessing.get_context("spawn")
@@ -241,7 +253,8 @@ def register(sub) -> None:
                        "setup, epochs-to-grokking beside the paper's")
     g.add_argument("--p", type=int, nargs="+", default=[97, 113], help="moduli (default 97 113)")
     g.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds (default 0 1 2)")
-    g.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS), help="variants")
+    g.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS),
+                   help="variants (default all; pfft_spread5_p113 runs at p = 113 only)")
     g.add_argument("--epochs", type=int, default=3000, help="full-batch epochs per run at most (default 3000)")
     g.add_argument("--eval-every", type=int, default=10, help="held-out evaluation every N epochs (default 10)")
     g.add_argument("--patience", type=int, default=5, help="stop once held-out accuracy >= 0.99 for N evaluations")
@@ -288,7 +301,7 @@ def run_cli(args) -> Path:
                  "curves": {r["name"]: r["val_curve"] for r in records},
                  "init": {r["name"]: r["init"] for r in records},
                  "final_weight_top_modes": {r["name"]: r["final_weight_top_modes"] for r in records}}
-        write_result(args.result, name="spectral-grokking", command=command_line("assocmem"), seeds=args.seeds,
+        write_result(args.result, name=result_name(args.p), command=command_line("assocmem"), seeds=args.seeds,
                      per_seed=per_seed, extra=extra, overwrite=args.overwrite,
                      description="Seed 003 §5 on Nanda et al. 2023's one-layer model: epochs-to-grokking and "
                                  "memorisation epoch of the baseline, PFFT, adaptive FGP and GrokFast-EMA")

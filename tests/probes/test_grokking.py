@@ -4,7 +4,7 @@ import json
 import pytest
 
 from assocmem.probes.grokking import (PAPER, VARIANTS, first_epoch_at, grokking_epoch, held_for, markdown_table,
-                                      nanda_config, summarize)
+                                      nanda_config, result_name, runs_for, summarize)
 from assocmem.training.cli import main as cli_main
 from assocmem.training.config import config_from_dict
 
@@ -51,7 +51,13 @@ def test_a_tiny_experiment_runs_end_to_end_and_writes_its_record(tmp_path):
     assert all(r["epochs_run"] <= 12 and [e for e, _ in r["val_curve"]][:3] == [4, 8, 12] for r in runs)
     assert all(r["init"]["grad_dominant_mode"] in (1, 2) for r in runs)         # p = 5: modes 1..2
     record = json.loads(result.read_text())
-    assert record["name"] == "spectral-grokking" and "p5/baseline/final_val_accuracy" in record["per_seed"]["0"]
+    assert record["name"] == "spectral-grokking-p5" and "p5/baseline/final_val_accuracy" in record["per_seed"]["0"]
     assert (out / "grokking.png").stat().st_size > 0
     assert cli_main(["probe", "grokking-experiment", "--p", "5", "--out", str(tmp_path / "again"),
                      "--result", str(result)]) == 2                              # never overwrites a record
+
+
+def test_a_p_specific_variant_runs_only_at_its_own_p():
+    assert runs_for([97, 113], ["baseline", "pfft_spread5_p113"]) == [(97, "baseline"), (113, "baseline"),
+                                                                     (113, "pfft_spread5_p113")]
+    assert result_name([113]) == "spectral-grokking-p113" and result_name([97, 113]) == "spectral-grokking-p97-p113"
