@@ -180,7 +180,7 @@ register(Reproducible(
 ))
 
 register(Reproducible(
-    name="spectral-grokking",
+    name="spectral-grokking-p97",
     description="Seed 003 §5 on Nanda et al. 2023's one-layer model, (a + b) mod 97: held-out accuracy and "
                 "epochs-to-grokking of the baseline, PFFT {30,35,40,45,48} and GrokFast-EMA within 200 epochs",
     command=("probe", "grokking-experiment", "--p", "97", "--seeds", "{seeds}", "--variants", "baseline",
