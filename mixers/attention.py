@@ -1,8 +1,11 @@
 """Softmax attention module: the NonParametric + NadarayaWatson mixer.
 
-    q = rot(norm(x W_q)), k = rot(norm(x W_k)), v = x W_v      [B, T, H(kv), D]
-    o = softmax-attention(q, k, v) over the KV cache            (mixers/ops/attention.py)
-    y = o W_o
+    q = rot(norm(x W_q + b_q)), k = rot(norm(x W_k + b_k)), v = x W_v + b_v      [B, T, H(kv), D]
+    o = softmax-attention(q, k, v) over the KV cache                           (mixers/ops/attention.py)
+    y = o W_o (+ b_o)
+
+Biases: none (Llama's default), q/k/v only (Qwen2), or all four (``attention_bias=True``
+in Llama and Qwen3); ``layer.attention.bias``.
 
 The rotary map rot is RoPE (Su et al. 2021, mixers/norm.py: pairs (i, i + K/2) of a head
 rotated by pos · θ^(−2i/K)), none, or Wiola's SRPE (mixers/wiola/srpe.py: the same rotation
@@ -75,8 +78,9 @@ class Attention(nn.Module):
     def __init__(self, d_model: int, *, num_heads: int, head_dim: int, num_kv_heads: int | None = None,
                  value_dim: int | None = None, rope: bool | SRPEOptions = True, rope_theta: float = 10000.0,
                  qk_rmsnorm: bool = False, window: int | None = None, scale: float | None = None,
-                 form: str = "sdpa", layer_idx: int | None = None, output_gate: bool = False,
-                 cross_layer: GCLAOptions | None = None, token_merge: ATMOptions | None = None):
+                 bias: str = "none", norm_eps: float = 1e-6, form: str = "sdpa", layer_idx: int | None = None,
+                 output_gate: bool = False, cross_layer: GCLAOptions | None = None,
+                 token_merge: ATMOptions | None = None):
         super().__init__()
         kv = num_heads if num_kv_heads is None else num_kv_heads
         if num_heads % kv:
@@ -91,12 +95,15 @@ class Attention(nn.Module):
         self.V = head_dim if value_dim is None else value_dim
         self.rope, self.rope_theta, self.window, self.scale = rope, rope_theta, window, scale
         self.form, self.layer_idx, self.token_merge = form, layer_idx, token_merge
-        self.q_proj = nn.Linear(d_model, self.H * self.K, bias=False)
-        self.k_proj = nn.Linear(d_model, self.Hkv * self.K, bias=False)
-        self.v_proj = nn.Linear(d_model, self.Hkv * self.V, bias=False)
-        self.o_proj = nn.Linear(self.H * self.V, d_model, bias=False)
-        self.q_norm = norm.RMSNorm(self.K) if qk_rmsnorm else None
-        self.k_norm = norm.RMSNorm(self.K) if qk_rmsnorm else None
+        if bias not in ("none", "qkv", "all"):
+            raise ValueError(f"attention bias must be 'none', 'qkv' or 'all', got {bias!r}")
+        qkv_bias = bias != "none"
+        self.q_proj = nn.Linear(d_model, self.H * self.K, bias=qkv_bias)
+        self.k_proj = nn.Linear(d_model, self.Hkv * self.K, bias=qkv_bias)
+        self.v_proj = nn.Linear(d_model, self.Hkv * self.V, bias=qkv_bias)
+        self.o_proj = nn.Linear(self.H * self.V, d_model, bias=bias == "all")
+        self.q_norm = norm.RMSNorm(self.K, eps=norm_eps) if qk_rmsnorm else None
+        self.k_norm = norm.RMSNorm(self.K, eps=norm_eps) if qk_rmsnorm else None
         self.gate_proj = nn.Linear(d_model, self.H * self.V, bias=False) if output_gate else None  # W_gate
         self.context = None if cross_layer is None else CrossLayerContext(
             d_model, cross_layer, num_heads=self.H, num_kv_heads=self.Hkv, head_dim=self.K, value_dim=self.V)

@@ -94,7 +94,8 @@ def _attention(spec: MixerSpec, d_model: int, form: str, layer_idx: int | None) 
     o, a = spec.layer, spec.layer.attention
     return Attention(d_model, num_heads=o.num_heads, head_dim=o.head_dim, num_kv_heads=a.num_kv_heads,
                      value_dim=o.value_dim, rope=a.rope, rope_theta=a.rope_theta, qk_rmsnorm=a.qk_norm == "rmsnorm",
-                     window=window_of(spec), scale=o.scale, form=lower(spec, form).name, layer_idx=layer_idx,
+                     window=window_of(spec), scale=o.scale, bias=a.bias, norm_eps=o.norm_eps,
+                     form=lower(spec, form).name, layer_idx=layer_idx,
                      output_gate=a.output_gate, cross_layer=a.cross_layer, token_merge=a.token_merge)
 
 
@@ -121,7 +122,9 @@ def build_mixer(spec: MixerSpec, d_model: int, *, form: str = "auto", layer_idx:
     is validated against the spec's class (mixers/lower.py)."""
     if not isinstance(spec, MixerSpec):
         raise TypeError(f"spec must be a MixerSpec, got {type(spec).__name__}")
-    return MODULE_KINDS.get(spec.memory.kind, _recurrent)(spec, d_model, form, layer_idx)
+    module = MODULE_KINDS.get(spec.memory.kind, _recurrent)(spec, d_model, form, layer_idx)
+    module.spec = spec  # what the module computes (mixers/convert checks it)
+    return module
 
 
 class Mixer(nn.Module):

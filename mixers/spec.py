@@ -56,6 +56,9 @@ class AttentionOptions(BaseModel):
     token_merge: ATMOptions | None = Field(
         None, description="Wiola ATM, in training mode only: merge adjacent tokens whose cosine exceeds tau "
         "({mode: as_written | causal, tau}; mixers/wiola/atm.py)")
+    bias: Literal["none", "qkv", "all"] = Field(
+        "none", description="biases of the projections: none, q/k/v only (Qwen2), or q/k/v and output (Llama's "
+        "and Qwen3's attention_bias=True)")
 
 
 class SCAOptions(BaseModel):

@@ -20,10 +20,10 @@ import torch.nn as nn
 
 from ..layer import build_mixer
 from ..spec import MixerSpec
-from . import gated_deltanet
+from . import attention, gated_deltanet
 from .common import LayerConverter
 
-CONVERTERS: dict[str, LayerConverter] = {c.hf_class: c for c in (gated_deltanet.CONVERTER,)}
+CONVERTERS: dict[str, LayerConverter] = {c.hf_class: c for c in (gated_deltanet.CONVERTER, *attention.CONVERTERS)}
 
 __all__ = ["CONVERTERS", "LayerConverter", "from_hf", "spec_from_hf", "to_hf"]
 

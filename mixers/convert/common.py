@@ -24,9 +24,12 @@ class LayerConverter:
     to_hf: Callable[[StateDict, MixerSpec], StateDict]
 
 
-def require(module: nn.Module, attr: str, allowed, value=None) -> None:
-    """Refuse a published layer whose ``attr`` takes a value our layer does not compute."""
-    value = getattr(module, attr) if value is None else value
+_ATTRIBUTE = object()
+
+
+def require(module: nn.Module, attr: str, allowed, value=_ATTRIBUTE) -> None:
+    """Refuse a published layer whose ``attr`` (or the ``value`` given for it) is one our layer does not compute."""
+    value = getattr(module, attr) if value is _ATTRIBUTE else value
     if value not in allowed:
         raise ValueError(f"{type(module).__name__}.{attr} = {value!r} is not supported by the assocmem layer; "
                          f"supported: {', '.join(sorted(map(repr, allowed)))}")
