@@ -1,7 +1,8 @@
 """`assocmem derive SPEC` and `assocmem verify [NAME ...] [--json PATH]`.
 
     derive   print a spec's derived update, its lowering class and the forms it admits
-    verify   check every preset (or the named presets / spec files) against its derivation;
+    verify   check every preset (or the named presets / spec files) against its derivation, and
+             each preset layer against the published layer it names (--layers: only those);
              exit 1 on any mismatch
 
 SPEC / NAME is a preset name or alias (``assocmem.mixers.list_presets()``) or a MixerSpec
@@ -19,7 +20,9 @@ from assocmem.memories import derive
 from .lower import APPROXIMATE, available_forms
 from .presets import get_preset, list_presets
 from .spec import MixerSpec
+from .convert.cases import LAYER_CASES
 from .verify import PairResult, verify
+from .verify_layers import verify_layers
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -42,6 +45,9 @@ def register_verify(sub: argparse._SubParsersAction) -> None:
     p.add_argument("names", nargs="*", metavar="NAME",
                    help=f"preset names or spec YAML/JSON files (default: all presets: {', '.join(list_presets())})")
     p.add_argument("--json", type=Path, metavar="PATH", help="also write the results as a JSON list")
+    p.add_argument("--layers", action="store_true",
+                   help="only the layer pairs: each preset layer against the published transformers layer it "
+                        "names, weight for weight (default: the op pairs and the layer pairs)")
     p.add_argument("--seq-len", type=int, default=70, help="sequence length T of the random inputs (default 70)")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=verify_main)
@@ -88,11 +94,17 @@ def print_table(results: list[PairResult], out=None) -> None:
 def verify_main(args: argparse.Namespace) -> int:
     specs = [resolve_spec(n, "verify") for n in (args.names or list_presets())]
     results: list[PairResult] = []
-    for spec in specs:
-        results += verify(spec, T=args.seq_len, seed=args.seed)
+    if not args.layers:
+        for spec in specs:
+            results += verify(spec, T=args.seq_len, seed=args.seed)
+    ops = len(results)
+    results += verify_layers(None if not args.names else [s.name for s in specs], seed=args.seed)
+    if not results:
+        raise SystemExit("verify --layers: no published layer is held to the named presets "
+                         f"(layers exist for: {', '.join(sorted({c.preset for c in LAYER_CASES.values()}))})")
     print_table(results)
     failed = [r for r in results if not r.passed]
-    print(f"\n{len(results) - len(failed)} of {len(results)} pairs pass")
+    print(f"\n{len(results) - len(failed)} of {len(results)} pairs pass ({ops} op pairs, {len(results) - ops} layer pairs)")
     if args.json:
         if args.json.exists():
             print(f"(overwriting {args.json}: verify results are regenerated output)")

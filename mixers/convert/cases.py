@@ -1,0 +1,117 @@
+"""Small published layers with random weights: the references of ``verify --layers`` and tests/layers.
+
+Each ``LayerCase`` builds one transformers layer at a small, awkward shape (K ≠ V, grouped heads,
+biases where the family has them) and says how to run it, how to open its own cache and which of
+the cache's tensors correspond to our decode state. ``build`` is called inside
+``float64_retyped(modeling)`` for float64 runs, so what the layer computes at construction (RoPE
+frequencies) is re-typed as well.
+"""
+from __future__ import annotations
+
+import importlib
+import types
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn as nn
+
+D_MODEL = 32
+
+
+@dataclass
+class Reference:
+    """A built reference layer: run(x, start, cache) -> y [B, T, d]; new_cache() -> its cache;
+    states(cache, ours) -> [(name, ours, theirs)] of the decode state after the same tokens."""
+
+    layer: nn.Module
+    run: Callable[[torch.Tensor, int, object], torch.Tensor]
+    new_cache: Callable[[], object]
+    states: Callable[[object, object], list[tuple[str, torch.Tensor, torch.Tensor]]]
+
+
+@dataclass(frozen=True)
+class LayerCase:
+    name: str  # the published layer and its shape, as verify prints it
+    preset: str  # the assocmem preset it is held to
+    modeling: str  # the transformers modeling module (re-typed for float64 runs)
+    build: Callable[[torch.dtype, int], Reference]
+
+    def module(self) -> types.ModuleType:
+        return importlib.import_module(self.modeling)
+
+
+def randomize_(module: nn.Module, seed: int, std: float = 0.3) -> nn.Module:
+    """Every parameter N(0, std²) (norm weights 1 + N(0, std²)): no mapping error hides behind ones or zeros."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            noise = torch.randn(p.shape, generator=g, dtype=torch.float64).to(p.dtype) * std
+            p.copy_(noise + 1 if "norm" in name else noise)
+    return module
+
+
+# ------------------------------------------------------------------ Gated DeltaNet (Qwen3-Next)
+
+
+def _recurrent_states(conv_size: int):
+    def states(cache, ours):
+        w = conv_size - 1  # the reference keeps the last conv_size inputs, we keep conv_size − 1
+        return [("memory", ours.memory, cache.get_recurrent_state(0)),
+                ("conv", ours.conv, cache.get_conv_state(0)[..., -w:].transpose(1, 2))]
+    return states
+
+
+def _qwen3_next(hk: int, hv: int):
+    def build(dtype: torch.dtype, seed: int) -> Reference:
+        from transformers import DynamicCache, Qwen3NextConfig
+        from transformers.models.qwen3_next.modeling_qwen3_next import Qwen3NextGatedDeltaNet
+
+        cfg = Qwen3NextConfig(hidden_size=D_MODEL, linear_num_key_heads=hk, linear_num_value_heads=hv,
+                              linear_key_head_dim=8, linear_value_head_dim=6, num_hidden_layers=1,
+                              layer_types=["linear_attention"])
+        layer = randomize_(Qwen3NextGatedDeltaNet(cfg, 0).to(dtype), seed)
+        return Reference(layer, lambda x, start, cache: layer(x, cache=cache),
+                         lambda: DynamicCache(config=cfg), _recurrent_states(cfg.linear_conv_kernel_dim))
+    return build
+
+
+# ------------------------------------------------------------------ attention (Llama, Qwen2, Qwen3)
+
+
+def _attention(family: str, prefix: str, **options):
+    def build(dtype: torch.dtype, seed: int) -> Reference:
+        import transformers
+
+        module = importlib.import_module(f"transformers.models.{family}.modeling_{family}")
+        cfg = getattr(transformers, f"{prefix}Config")(hidden_size=D_MODEL, num_attention_heads=4,
+                                                       num_key_value_heads=2, num_hidden_layers=1, rope_theta=500.0,
+                                                       rms_norm_eps=1e-5, **options)
+        cfg._attn_implementation = "sdpa"
+        layer = randomize_(getattr(module, f"{prefix}Attention")(cfg, 0).to(dtype), seed)
+        rotary = getattr(module, f"{prefix}RotaryEmbedding")(cfg)
+        rotary.inv_freq = rotary.compute_default_rope_parameters(cfg)[0]  # float64 under float64_retyped
+
+        def run(x, start, cache):
+            pos = torch.arange(start, start + x.shape[1], device=x.device)[None]
+            return layer(x, position_embeddings=rotary(x, pos), attention_mask=None, cache=cache)[0]
+
+        def states(cache, ours):
+            return [("keys", ours.keys, cache.layers[0].keys), ("values", ours.values, cache.layers[0].values)]
+
+        return Reference(layer, run, lambda: transformers.DynamicCache(config=cfg), states)
+    return build
+
+
+LAYER_CASES: dict[str, LayerCase] = {c.name: c for c in (
+    LayerCase("Qwen3NextGatedDeltaNet (Hk=2, Hv=2)", "gated_deltanet",
+              "transformers.models.qwen3_next.modeling_qwen3_next", _qwen3_next(2, 2)),
+    LayerCase("Qwen3NextGatedDeltaNet (Hk=2, Hv=4)", "gated_deltanet",
+              "transformers.models.qwen3_next.modeling_qwen3_next", _qwen3_next(2, 4)),
+    LayerCase("LlamaAttention (GQA, biases)", "softmax", "transformers.models.llama.modeling_llama",
+              _attention("llama", "Llama", attention_bias=True)),
+    LayerCase("Qwen2Attention (GQA, q/k/v biases)", "softmax", "transformers.models.qwen2.modeling_qwen2",
+              _attention("qwen2", "Qwen2")),
+    LayerCase("Qwen3Attention (GQA, QK-norm, head_dim 12)", "softmax", "transformers.models.qwen3.modeling_qwen3",
+              _attention("qwen3", "Qwen3", head_dim=12)),
+)}
