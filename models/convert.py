@@ -33,6 +33,7 @@ from typing import Sequence
 import torch
 import torch.nn as nn
 
+from assocmem.memories import NonParametric, Spectral
 from assocmem.mixers import MixerSpec, get_preset
 from assocmem.mixers.convert import CONVERTERS, spec_from_hf
 
@@ -75,9 +76,9 @@ def hybrid_config(config, specs: list[MixerSpec]) -> HybridConfig:
 def student_spec(student: MixerSpec | str, attention: nn.Module) -> MixerSpec:
     """``student`` with the heads and widths of the teacher attention (H heads of width D, V = D)."""
     spec = get_preset(student) if isinstance(student, str) else student
-    if spec.algebra in ("nonparametric", "spectral"):
-        raise ValueError(f"student {spec.name!r} ({spec.algebra}) cannot take the teacher's q/k/v/o: a replaced "
-                         f"layer needs a parametric-memory mixer (gated_deltanet, mamba2, gla, ...)")
+    if isinstance(spec.memory, (NonParametric, Spectral)):
+        raise ValueError(f"student {spec.name!r} ({spec.memory.kind} memory) cannot take the teacher's q/k/v/o: a "
+                         f"replaced layer needs a parametric-memory mixer (gated_deltanet, mamba2, gla, ...)")
     if attention.q_proj.bias is not None:
         raise ValueError(f"layer {attention.layer_idx}: the teacher attention has q/k/v biases, which the student "
                          f"mixer ({spec.name}) cannot hold; replace layers of a teacher without attention biases")
