@@ -8,7 +8,7 @@ with gradients from ``torch.func.grad``, vmapped over batch × heads and looped
 over time; the read-out o_t = f_{M_t}(scale·q_t) follows the write. No closed
 form is assumed, so the result is the semantic ground truth that every
 hand-written and fast form is checked against. It is slow by design and runs
-in float64.
+in the dtype of its inputs (``verify`` gives it float64).
 
 The returned RecurrentStep has the project's op contract:
 

@@ -1,5 +1,6 @@
 """Human-readable closed forms of recognised specs (thesis notation M = Sᵀ ∈ R^{V×K},
-f_M(k) = M k). Unrecognised specs are described as 'generic gradient step'."""
+f_M(k) = M k, so a per-key decay scales the columns of M: M diag(α_t)). Unrecognised specs are
+described as 'generic gradient step'."""
 from __future__ import annotations
 
 from .algebra import algebra_class, window_of
@@ -15,6 +16,14 @@ def _decay(r) -> str:
     if isinstance(r, L2Decay):
         return "diag(α_t) " if r.gate == "key" else "α_t "
     return ""
+
+
+def _retained(r, m: str = "M_{t-1}") -> str:
+    """The retained memory: α_t M, or M diag(α_t) for a per-key decay (one factor per key, i.e. per
+    column of M = Sᵀ), or M."""
+    if isinstance(r, L2Decay):
+        return f"{m} diag(α_t)" if r.gate == "key" else f"α_t {m}"
+    return m
 
 
 def _hebbian(spec) -> str:
@@ -73,11 +82,11 @@ def _scan(spec) -> str:
     if g is None:
         return GENERIC
     if isinstance(o, Momentum) and isinstance(r, (NoRetention, L2Decay)) and not (isinstance(r, L2Decay) and r.gate == "key"):
-        return f"m_t = η_t m_{{t-1}} − β_t {g};  M_t = {_decay(r)}M_{{t-1}} + m_t  (Titans)"
+        return f"m_t = η_t m_{{t-1}} − β_t {g};  M_t = {_retained(r)} + m_t  (Titans)"
     if isinstance(r, KL):
         return GENERIC
     if isinstance(o, RetainThenGD) and not isinstance(b, L2):
-        return f"M' = {_decay(r)}M_{{t-1}};  M_t = M' − β_t ∇ℓ(M'),  ∇ℓ(M) = {g.replace('M_{t-1}', 'M')}"
+        return f"M' = {_retained(r)};  M_t = M' − β_t ∇ℓ(M'),  ∇ℓ(M) = {g.replace('M_{t-1}', 'M')}"
     if isinstance(o, GD) and isinstance(r, NoRetention):
         return f"M_t = M_{{t-1}} − β_t {g}"
     return GENERIC
@@ -105,11 +114,15 @@ def depth(spec) -> str:
 
 
 def describe(spec) -> str:
-    """The closed form of ``spec``'s write (with its single-step equivalent under recurrent depth)."""
-    return _describe(spec) + depth(spec)
+    """The closed form of ``spec``'s write (with its single-step equivalent under recurrent depth); a base
+    learning rate lr ≠ 1 shows as lr·β_t (the step is η_t = lr·β_t)."""
+    closed = _closed_form(spec)
+    text = closed + depth(spec)
+    lr = getattr(spec.optimizer, "lr", 1.0)
+    return text if lr == 1.0 or closed == GENERIC else text.replace("β_t", f"{lr:g}·β_t")
 
 
-def _describe(spec) -> str:
+def _closed_form(spec) -> str:
     cls = algebra_class(spec)
     if cls == "hebbian":
         return _hebbian(spec)

@@ -18,7 +18,7 @@ from pathlib import Path
 from assocmem.memories import derive
 
 from .lower import APPROXIMATE, available_forms
-from .presets import get_preset, list_presets
+from .presets import PUBLISHED_LAYERS, get_preset, list_presets
 from .spec import MixerSpec
 from .convert.cases import LAYER_CASES
 from .verify import PairResult, verify
@@ -48,6 +48,9 @@ def register_verify(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--layers", action="store_true",
                    help="only the layer pairs: each preset layer against the published transformers layer it "
                         "names, weight for weight (default: the op pairs and the layer pairs)")
+    p.add_argument("--no-large", dest="large", action="store_false",
+                   help="skip the second, larger shape (T=1000, K=32, V=48; minutes, most of it the derived "
+                        "recurrence and compiling the scan forms)")
     p.add_argument("--seq-len", type=int, default=70, help="sequence length T of the random inputs (default 70)")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=verify_main)
@@ -78,6 +81,8 @@ def derive_main(args: argparse.Namespace) -> int:
               "eqs. 2.31–2.36: Z_t is one more value column of the state)")
     print(f"class:     {step.cls}")
     print(f"forms:     {', '.join(forms)}  (auto = {available_forms(spec)[0]})")
+    if spec.name in PUBLISHED_LAYERS and get_preset(spec.name) == spec:
+        print(f"layer:     {PUBLISHED_LAYERS[spec.name]}")
     return 0
 
 
@@ -96,7 +101,7 @@ def verify_main(args: argparse.Namespace) -> int:
     results: list[PairResult] = []
     if not args.layers:
         for spec in specs:
-            results += verify(spec, T=args.seq_len, seed=args.seed)
+            results += verify(spec, T=args.seq_len, seed=args.seed, large=args.large)
     ops = len(results)
     results += verify_layers(None if not args.names else [s.name for s in specs], seed=args.seed)
     if not results:

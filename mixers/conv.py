@@ -1,6 +1,6 @@
 """Causal depthwise short convolution with a carried decode buffer.
 
-    u_t[c] = Σ_{j<w} W[c, j] · z_{t−w+1+j}[c],    y_t = SiLU(u_t)
+    u_t[c] = Σ_{j<w} W[c, j] · z_{t−w+1+j}[c] (+ b[c]),    y_t = SiLU(u_t)
 
 z_τ = 0 for τ before the first token. The decode state is the last w − 1
 inputs z (pre-convolution, oldest first), so prefill + step-by-step decoding
@@ -18,17 +18,20 @@ import torch.nn.functional as F
 class ShortConv(nn.Module):
     """Depthwise causal conv of width ``size`` over ``channels``, then SiLU."""
 
-    def __init__(self, channels: int, size: int = 4, activation: bool = True):
+    def __init__(self, channels: int, size: int = 4, activation: bool = True, bias: bool = False):
         super().__init__()
         if size < 1:
             raise ValueError(f"conv size must be >= 1, got {size}")
         self.channels, self.size, self.activation = channels, size, activation
         self.weight = nn.Parameter(torch.empty(channels, 1, size))
+        self.bias = nn.Parameter(torch.empty(channels)) if bias else None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        bound = 1.0 / math.sqrt(self.size)  # nn.Conv1d's default for a depthwise kernel
+        bound = 1.0 / math.sqrt(self.size)  # nn.Conv1d's default for a depthwise kernel (and its bias)
         nn.init.uniform_(self.weight, -bound, bound)
+        if self.bias is not None:
+            nn.init.uniform_(self.bias, -bound, bound)
 
     def init_buffer(self, batch_size: int, *, device=None, dtype=None) -> torch.Tensor:
         """The empty buffer [B, size − 1, channels] (zeros = the conv's left padding)."""
@@ -47,5 +50,7 @@ class ShortConv(nn.Module):
         u = window[:, :T] * taps[:, 0]
         for j in range(1, self.size):  # a sum over the few taps (no conv primitive: no per-shape setup)
             u = u + window[:, j:j + T] * taps[:, j]  # [B, T, C]
+        if self.bias is not None:
+            u = u + self.bias.to(z.dtype)
         y = F.silu(u) if self.activation else u
         return y, window[:, window.shape[1] - (self.size - 1):]

@@ -6,18 +6,17 @@ conventions. Nothing here is copied: the references are imported from their
 installed packages (transformers; fla-core's pure-torch naive files, loaded by
 path because ``import fla.ops`` needs triton).
 
-Precision: transformers' gated-delta references cast to float32 with
-``x.to(torch.float32)``. ``_in_float64`` re-binds the module-global ``torch``
-those functions see to a proxy whose ``float32`` is ``float64``, so with
-float64 inputs every operation runs in float64 in the original order (the
-technique the SCA fixture's author used on the original SCA code). References
-that cast with ``.float()`` (mamba2_chunk_scan, FLA naive files) run in
-float32 and are compared at a float32 tolerance.
+Precision: every reference here computes in float32 internally (``x.float()``,
+``x.to(torch.float32)``). With float64 inputs it is run re-typed to float64
+(``mixers/retype.py``: the names float/float32 in its module's code read as
+double/float64 while it runs), so every operation runs in float64 in the
+reference's own order and the pair is held to the float64 tolerance. The same
+technique the SCA fixture's author used on the original SCA code.
 """
 from __future__ import annotations
 
 import dataclasses
-import dis
+import functools
 import importlib.util
 import types
 from dataclasses import dataclass
@@ -33,8 +32,7 @@ from .ops.normalized import normalized
 from .retype import float64_retyped
 from .spec import MixerSpec
 
-F32_ATOL = 1e-4  # float32-internal references: O(1)–O(10) values (Mamba2 Δ up to ~5), T ≤ 128
-F64_ATOL = 1e-12
+F64_ATOL = 1e-12  # every reference, run in (or re-typed to) float64
 
 
 @dataclass(frozen=True)
@@ -46,21 +44,17 @@ class ExternalRef:
     grad_inputs: tuple[str, ...] | None = None  # inputs whose gradients are comparable (None: all)
 
 
-class _Float64Torch(types.ModuleType):
-    """``torch`` with float32 meaning float64 (for references that hard-cast)."""
+def _float64_when_asked(module: types.ModuleType, fn: Callable) -> Callable:
+    """``fn`` (which calls into ``module``) run inside ``float64_retyped(module)`` when q is float64."""
 
-    float32 = torch.float64
+    @functools.wraps(fn)
+    def call(q, *args, **kwargs):
+        if q.dtype != torch.float64:
+            return fn(q, *args, **kwargs)
+        with float64_retyped(module):
+            return fn(q, *args, **kwargs)
 
-    def __getattr__(self, name):
-        return getattr(torch, name)
-
-
-def _in_float64(fn: Callable) -> Callable:
-    fn = getattr(fn, "__wrapped__", fn)
-    glb = dict(fn.__globals__, torch=_Float64Torch("torch"))
-    out = types.FunctionType(fn.__code__, glb, fn.__name__, fn.__defaults__, fn.__closure__)
-    out.__kwdefaults__ = fn.__kwdefaults__
-    return out
+    return call
 
 
 def _fla_naive(family: str) -> types.ModuleType | None:
@@ -90,27 +84,23 @@ def _fold_beta(v: torch.Tensor, beta: torch.Tensor | None) -> torch.Tensor:
 # ------------------------------------------------------------------ transformers
 
 
-def _casts_with_float(fn: Callable) -> bool:
-    """Whether ``fn`` calls ``.float()`` (which the float64 re-binding cannot reach): transformers
-    < 5.20 builds the gated-delta decay mask with ``.exp().float()``."""
-    code = getattr(fn, "__wrapped__", fn).__code__
-    return any(i.opname in ("LOAD_ATTR", "LOAD_METHOD") and i.argval == "float" for i in dis.get_instructions(code))
-
-
-def _qwen3_next(kind: str) -> Callable | None:
+def _transformers_delta(model: str, name: str) -> Callable | None:
+    """A transformers gated-delta reference ``name`` of ``models/<model>`` (qwen3_next: scalar decay g
+    [B, T, H]; kimi_linear: per-key g [B, T, H, K]), both (query, key, value, g, beta, [chunk_size],
+    initial_state, output_final_state) with a fixed K**-0.5 scale, adapted to the op contract."""
     try:
-        from transformers.models.qwen3_next import modeling_qwen3_next as m
+        module = importlib.import_module(f"transformers.models.{model}.modeling_{model}")
     except ImportError:
         return None
-    ref = getattr(m, f"torch_{kind}_gated_delta_rule", None)
+    ref = getattr(module, name, None)
     if ref is None:
         return None
-    f32, f64 = getattr(ref, "__wrapped__", ref), _in_float64(ref)
+    body = getattr(ref, "__wrapped__", ref)  # the plain torch function under the kernel-hub decorator
 
+    @functools.partial(_float64_when_asked, module)
     def call(q, k, v, log_alpha, beta, scale, initial_state, output_final_state, **chunking):
         g = q.new_zeros(q.shape[:3]) if log_alpha is None else log_alpha
-        impl = f64 if q.dtype == torch.float64 else f32
-        return impl(_rescale_q(q, scale), k, v, g=g, beta=beta, initial_state=initial_state,
+        return body(_rescale_q(q, scale), k, v, g=g, beta=beta, initial_state=initial_state,
                     output_final_state=output_final_state, **chunking)
 
     def chunk(q, k, v, *, log_alpha=None, beta=None, scale=None, initial_state=None, output_final_state=False,
@@ -120,17 +110,17 @@ def _qwen3_next(kind: str) -> Callable | None:
     def recurrent(q, k, v, *, log_alpha=None, beta=None, scale=None, initial_state=None, output_final_state=False):
         return call(q, k, v, log_alpha, beta, scale, initial_state, output_final_state)
 
-    adapter = chunk if kind == "chunk" else recurrent
-    adapter.reference = ref
-    return adapter
+    return chunk if "chunk" in name else recurrent
 
 
 def _mamba2_chunk_scan() -> Callable | None:
     try:
+        from transformers.models.mamba2 import modeling_mamba2
         from transformers.models.mamba2.modeling_mamba2 import mamba2_chunk_scan
     except ImportError:
         return None
 
+    @functools.partial(_float64_when_asked, modeling_mamba2)
     def fn(q, k, v, *, log_alpha, beta, scale=None, initial_state=None, output_final_state=False, chunk_size=64):
         """Mamba2 = hebbian with q=C, k=B, write Δ·x (β = Δ, v = x), log a = Δ·A, scale 1 (Dao & Gu 2024)."""
         A = (log_alpha / beta)[0, 0]  # (H,): constant per head by construction of Mamba2's gates
@@ -153,6 +143,11 @@ def _mamba2_chunk_scan() -> Callable | None:
 # ------------------------------------------------------------------ FLA naive
 
 
+def _fla_ref(module: types.ModuleType, name: str, fn: Callable) -> ExternalRef:
+    """An FLA naive reference (float32 inside), re-typed to float64 for float64 inputs."""
+    return ExternalRef(f"fla:{name}", _float64_when_asked(module, fn), F64_ATOL, True)
+
+
 def _fla_refs(spec: MixerSpec, family: str) -> list[ExternalRef]:
     r = spec.retention
     out: list[ExternalRef] = []
@@ -164,6 +159,27 @@ def _fla_refs(spec: MixerSpec, family: str) -> list[ExternalRef]:
         out += _fla_dplr()
     elif family == "delta_rule":
         out += _fla_delta(r)
+    elif family == "kda" and (kmod := _fla_naive("kda")) is not None:
+        def g(log_alpha, q):  # KDA's decay is per key; a scalar or absent one is broadcast over the keys
+            la = q.new_zeros(q.shape[:3]) if log_alpha is None else log_alpha
+            return la if la.dim() == 4 else la[..., None].expand(q.shape)
+
+        def kr(q, k, v, *, log_alpha=None, beta, scale=None, initial_state=None, output_final_state=False):
+            return kmod.naive_recurrent_kda(q, k, v, g(log_alpha, q), beta, scale=scale, initial_state=initial_state,
+                                            output_final_state=output_final_state)
+
+        def kc(q, k, v, *, log_alpha=None, beta, scale=None, initial_state=None, output_final_state=False,
+               chunk_size=64):
+            # it needs T % chunk_size == 0: pad the end with q = k = v = 0, β = 0, log α = 0 (writes nothing,
+            # keeps the state), which leaves the first T outputs and the final state as they are
+            T, pad = q.shape[1], -q.shape[1] % chunk_size
+            end = lambda t: torch.nn.functional.pad(t, (0, 0) * (t.dim() - 2) + (0, pad))  # noqa: E731  pad dim 1
+            o, S = kmod.naive_chunk_kda(end(q), end(k), end(v), end(g(log_alpha, q)), end(beta), scale=scale,
+                                        initial_state=initial_state, output_final_state=output_final_state,
+                                        chunk_size=chunk_size)
+            return o[:, :T], S
+
+        out += [_fla_ref(kmod, "kda/naive_recurrent_kda", kr), _fla_ref(kmod, "kda/naive_chunk_kda", kc)]
     elif family == "softmax_attention":
         mod = _fla_naive("attn")
         if mod is not None:
@@ -173,8 +189,7 @@ def _fla_refs(spec: MixerSpec, family: str) -> list[ExternalRef]:
                 o = mod.naive_parallel_attn(q, k, v, scale=scale, window_size=w, causal=True)
                 return (o[0] if isinstance(o, tuple) else o), None
 
-            # computes in the input dtype (no float32 cast), so the float64 tolerance applies
-            out.append(ExternalRef("fla:attn/naive_parallel_attn", attn, F64_ATOL, False))
+            out.append(ExternalRef("fla:attn/naive_parallel_attn", _float64_when_asked(mod, attn), F64_ATOL, False))
     return out
 
 
@@ -182,12 +197,10 @@ def _fla_hebbian(r) -> list[ExternalRef]:
     out = []
     if isinstance(r, NoRetention) and (lmod := _fla_naive("linear_attn")) is not None:
         def la(q, k, v, *, beta=None, scale=None, initial_state=None, output_final_state=False):
-            # the reference accumulates in float32 and fails on a float64 initial state: hand it float32
-            init = None if initial_state is None else initial_state.float()
-            return lmod.naive_recurrent_linear_attn(q, k, _fold_beta(v, beta), scale=scale,
-                                                   initial_state=init, output_final_state=output_final_state)
+            return lmod.naive_recurrent_linear_attn(q, k, _fold_beta(v, beta), scale=scale, initial_state=initial_state,
+                                                   output_final_state=output_final_state)
 
-        out.append(ExternalRef("fla:linear_attn/naive_recurrent_linear_attn", la, F32_ATOL, True))
+        out.append(_fla_ref(lmod, "linear_attn/naive_recurrent_linear_attn", la))
     if isinstance(r, L2Decay) and r.gate != "key" and (smod := _fla_naive("simple_gla")) is not None:
         def sg(q, k, v, *, log_alpha, beta=None, scale=None, initial_state=None, output_final_state=False):
             o, S = smod.naive_recurrent_simple_gla(q, k, _fold_beta(v, beta), log_alpha, scale=scale,
@@ -196,31 +209,18 @@ def _fla_hebbian(r) -> list[ExternalRef]:
 
         def sgc(q, k, v, *, log_alpha, beta=None, scale=None, initial_state=None, output_final_state=False,
                 chunk_size=64):
-            init = None if initial_state is None else initial_state.float()  # float32-only reference
-            return smod.naive_chunk_simple_gla(q, k, _fold_beta(v, beta), log_alpha, initial_state=init,
+            return smod.naive_chunk_simple_gla(q, k, _fold_beta(v, beta), log_alpha, initial_state=initial_state,
                                               output_final_state=output_final_state, chunk_size=chunk_size, scale=scale)
 
-        out += [ExternalRef("fla:simple_gla/naive_recurrent_simple_gla", sg, F32_ATOL, True),
-                ExternalRef("fla:simple_gla/naive_chunk_simple_gla", sgc, F32_ATOL, True)]
+        out += [_fla_ref(smod, "simple_gla/naive_recurrent_simple_gla", sg),
+                _fla_ref(smod, "simple_gla/naive_chunk_simple_gla", sgc)]
     if isinstance(r, L2Decay) and r.gate == "key" and (kmod := _fla_naive("gla")) is not None:
         def gla(q, k, v, *, log_alpha, beta=None, scale=None, initial_state=None, output_final_state=False):
             return kmod.naive_recurrent_gla(_rescale_q(q, scale), k, _fold_beta(v, beta), log_alpha,
                                            initial_state=initial_state, output_final_state=output_final_state)
 
-        out.append(ExternalRef("fla:gla/naive_recurrent_gla", gla, F32_ATOL, True))
+        out.append(_fla_ref(kmod, "gla/naive_recurrent_gla", gla))
     return out
-
-
-def _retyped(module: types.ModuleType, fn: Callable) -> Callable:
-    """``fn`` of ``module`` run in float64 for float64 inputs (its float32 casts renamed, retype.py)."""
-
-    def call(*args, **kwargs):
-        if args[0].dtype != torch.float64:
-            return fn(*args, **kwargs)
-        with float64_retyped(module):
-            return fn(*args, **kwargs)
-
-    return call
 
 
 def _fla_normalized(r) -> list[ExternalRef]:
@@ -228,7 +228,7 @@ def _fla_normalized(r) -> list[ExternalRef]:
     mod = _fla_naive("linear_attn") if isinstance(r, NoRetention) else None
     if mod is None:
         return []
-    ref = _retyped(mod, mod.naive_recurrent_linear_attn)
+    ref = _float64_when_asked(mod, mod.naive_recurrent_linear_attn)
 
     def nla(q, k, v, *, beta=None, scale=None, initial_state=None, output_final_state=False):
         if beta is not None:  # FLA's normaliser sums unweighted keys
@@ -249,7 +249,7 @@ def _fla_dplr() -> list[ExternalRef]:
     mod = _fla_naive("generalized_delta_rule/dplr")
     if mod is None:
         return []
-    ref = _retyped(mod, mod.dplr_recurrence)
+    ref = _float64_when_asked(mod, mod.dplr_recurrence)
 
     def dplr(q, k, v, *, removal_key=None, log_alpha=None, beta=None, scale=None, initial_state=None,
              output_final_state=False):
@@ -274,7 +274,7 @@ def _fla_delta(r) -> list[ExternalRef]:
                                              initial_state=initial_state, output_final_state=True)
             return t(o), (S if output_final_state else None)
 
-        out.append(ExternalRef("fla:delta_rule/delta_rule_recurrence", dr, F32_ATOL, True))
+        out.append(_fla_ref(dmod, "delta_rule/delta_rule_recurrence", dr))
     if (gmod := _fla_naive("gated_delta_rule")) is not None:
         def g(log_alpha, q):
             return q.new_zeros(q.shape[:3]) if log_alpha is None else log_alpha
@@ -289,8 +289,8 @@ def _fla_delta(r) -> list[ExternalRef]:
             return gmod.naive_chunk_gated_delta_rule(q, k, v, g(log_alpha, q), beta, chunk_size=chunk_size, scale=scale,
                                                     initial_state=initial_state, output_final_state=output_final_state)
 
-        out += [ExternalRef("fla:gated_delta_rule/naive_recurrent_gated_delta_rule", gdr, F32_ATOL, True),
-                ExternalRef("fla:gated_delta_rule/naive_chunk_gated_delta_rule", gdc, F32_ATOL, True)]
+        out += [_fla_ref(gmod, "gated_delta_rule/naive_recurrent_gated_delta_rule", gdr),
+                _fla_ref(gmod, "gated_delta_rule/naive_chunk_gated_delta_rule", gdc)]
     return out
 
 
@@ -303,14 +303,16 @@ def external_references(spec: MixerSpec) -> list[ExternalRef]:
     refs: list[ExternalRef] = []
     family = family_name(spec)  # the row of the class table (lower.py)
     K = steps_of(spec)
-    if family == "delta_rule":
-        for kind in ("chunk", "recurrent"):
-            if (fn := _qwen3_next(kind)) is not None:
-                atol = F32_ATOL if _casts_with_float(fn.reference) else F64_ATOL
-                refs.append(ExternalRef(f"transformers:qwen3_next.torch_{kind}_gated_delta_rule", fn, atol, True))
+    delta_refs = {"delta_rule": ("qwen3_next", ("torch_chunk_gated_delta_rule", "torch_recurrent_gated_delta_rule")),
+                  "kda": ("kimi_linear", ("chunk_kimi_delta_attention", "recurrent_kimi_delta_attention"))}
+    if family in delta_refs:
+        model, names = delta_refs[family]
+        for name in names:
+            if (fn := _transformers_delta(model, name)) is not None:
+                refs.append(ExternalRef(f"transformers:{model}.{name}", fn, F64_ATOL, True))
     if family == "hebbian" and spec.layer.lr_gate == "dt" and K == 1 and (fn := _mamba2_chunk_scan()) is not None:
         # it takes (Δ, A) where we take (β, log α = β·A): gradients are comparable for q, k, v only
-        refs.append(ExternalRef("transformers:mamba2.mamba2_chunk_scan", fn, F32_ATOL, True, ("q", "k", "v")))
+        refs.append(ExternalRef("transformers:mamba2.mamba2_chunk_scan", fn, F64_ATOL, True, ("q", "k", "v")))
     refs += _fla_refs(spec, family)
     if K > 1:
         refs = [dataclasses.replace(r, name=f"{r.name} (β_eff of {K} steps)",

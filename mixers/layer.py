@@ -20,14 +20,16 @@ The generic recurrent ``Mixer`` (FLA/GDN-style layer around the spec's op):
                                                            2K for hedgehog), layer.qk_norm:
                                                            x·rsqrt(‖x‖² + 1e-6), as FLA and transformers)
     4. gates from x:  log α (retention L2Decay), β (layer.lr_gate)
-         scalar: log α = −exp(A_log)·softplus(x W_a + dt_bias)     key: log α = logsigmoid(x W_a)/16
+         scalar: log α = −exp(A_log)·softplus(x W_a + dt_bias)     key: log α = logsigmoid(x W_a)/16 (GLA)
+         key (kda): log α = −exp(A_log_h)·softplus(x W_a + dt_bias) per head and key (Kimi Linear)
          fixed:  log α_h = log(1 − 2^(−5−h))                        dt: Δ = softplus(x W_dt + dt_bias),
          sigmoid: β = σ(x W_b) ([B, T, H, K_φ] with                      log α = −exp(A_log)·Δ, β = Δ
                   optimizer rate='key')
        removal key (remove_replace bias, RWKV-7): κ = L2norm(k ⊙ ξ), ξ [H·K_φ] learned, 1 at init
     5. o, S = lower(spec, form).fn(q, k, v, log_alpha, beta, [removal_key,] scale, initial_state=S)
        (layer.normalize: the op runs on [v, 1] and o = num / (den + 1e-10), ops/normalized.py)
-    6. o += D·v (layer.d_skip); o = RMSNorm_head(o) [· SiLU(x W_g)]; y = o W_o
+    6. o += D·v (layer.d_skip); o = RMSNorm_head(o) [· act(x W_g)]; y = o W_o   (act: layer.output_gate;
+       W_a and W_g of rank K with layer.low_rank_gates; Mamba2's order: RMSNorm_group(o · act(x W_g)))
 
 Decoding: a call with a state and T == 1 is a decode step and runs the class's
 "recurrent" form (the hand-written recurrence, equal to every other form);
@@ -58,6 +60,13 @@ def l2_normalize(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     Qwen3-Next normalise q and k (``F.normalize`` clamps ‖x‖ at 1e-12 instead, a 1e-6-relative difference
     for unit-scale x)."""
     return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + eps)
+
+
+def projection(d_in: int, d_out: int, rank: int | None) -> nn.Module:
+    """x W (no bias), or through a rank-``rank`` bottleneck x W_down W_up (Sequential: [0] = down, [1] = up)."""
+    if rank is None:
+        return nn.Linear(d_in, d_out, bias=False)
+    return nn.Sequential(nn.Linear(d_in, rank, bias=False), nn.Linear(rank, d_out, bias=False))
 
 
 class MixerState(NamedTuple):
@@ -146,11 +155,15 @@ class Mixer(nn.Module):
         self.removal = nn.Parameter(torch.ones(self.H * self.K_phi)) if isinstance(spec.bias, RemoveReplace) else None
         width = 2 * self.Hqk * self.K + self.H * self.V
         self.qkv_proj = nn.Linear(d_model, width, bias=False)
-        self.conv = ShortConv(width, o.conv_size) if o.short_conv else None
+        self.conv = ShortConv(width, o.conv_size, bias=o.conv_bias) if o.short_conv else None
         self._build_gates(spec, d_model)
         self.D = nn.Parameter(torch.ones(self.H)) if o.d_skip else None
-        self.norm_weight = nn.Parameter(torch.ones(self.V)) if o.output_norm != "none" else None
-        self.g_proj = nn.Linear(d_model, self.H * self.V, bias=False) if o.output_norm == "gated_rmsnorm" else None
+        per_channel = o.output_norm == "gate_then_rmsnorm"  # Mamba2: a weight for every channel of every head
+        self.norm_weight = (nn.Parameter(torch.ones(self.H * self.V if per_channel else self.V))
+                            if o.output_norm != "none" else None)
+        self.g_proj = (projection(d_model, self.H * self.V, self.K if o.low_rank_gates else None)
+                       if o.output_norm in ("gated_rmsnorm", "gate_then_rmsnorm") else None)
+        self.output_gate = F.silu if o.output_gate == "silu" else torch.sigmoid
         self.o_proj = nn.Linear(self.H * self.V, d_model, bias=False)
 
     # ------------------------------------------------------------ gates
@@ -163,7 +176,10 @@ class Mixer(nn.Module):
             self.A_log = nn.Parameter(torch.empty(H))
             self.dt_bias = nn.Parameter(torch.empty(H))
         elif self.decay == "key":
-            self.a_proj = nn.Linear(d_model, H * self.K_phi, bias=False)
+            self.a_proj = projection(d_model, H * self.K_phi, self.K if o.low_rank_gates else None)
+            if o.key_gate == "kda":  # one rate per head, one bias per head and key
+                self.A_log = nn.Parameter(torch.empty(H))
+                self.dt_bias = nn.Parameter(torch.empty(H * self.K_phi))
         self.rate_per_key = isinstance(spec.optimizer, GD) and spec.optimizer.rate == "key"
         if o.lr_gate == "sigmoid":
             self.b_proj = nn.Linear(d_model, H * self.K_phi if self.rate_per_key else H, bias=False)
@@ -175,7 +191,7 @@ class Mixer(nn.Module):
             return
         with torch.no_grad():
             self.A_log.copy_(torch.empty(self.H).uniform_(1.0, 16.0).log())
-            dt = torch.exp(torch.empty(self.H).uniform_(math.log(1e-3), math.log(1e-1)))
+            dt = torch.exp(torch.empty(self.dt_bias.shape).uniform_(math.log(1e-3), math.log(1e-1)))
             self.dt_bias.copy_(dt + torch.log(-torch.expm1(-dt)))
 
     def gates(self, x: torch.Tensor) -> dict[str, torch.Tensor | None]:
@@ -193,6 +209,9 @@ class Mixer(nn.Module):
             log_alpha, beta = -torch.exp(self.A_log.to(gd)) * dt, dt
         elif self.decay == "scalar":
             log_alpha = -torch.exp(self.A_log.to(gd)) * F.softplus(self.a_proj(x).to(gd) + self.dt_bias.to(gd))
+        elif self.decay == "key" and self.A_log is not None:  # KDA: −exp(A_log_h)·softplus(x W_a + dt_bias)
+            a = (self.a_proj(x).to(gd) + self.dt_bias.to(gd)).view(B, T, self.H, self.K_phi)
+            log_alpha = -torch.exp(self.A_log.to(gd))[:, None] * F.softplus(a)
         elif self.decay == "key":
             log_alpha = F.logsigmoid(self.a_proj(x).to(gd)).view(B, T, self.H, self.K_phi) / 16.0
         elif self.decay == "fixed":
@@ -247,11 +266,16 @@ class Mixer(nn.Module):
         return y, (MixerState(memory, conv_state) if return_state else None)
 
     def _output(self, o: torch.Tensor, v: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        """D skip, per-head RMSNorm and SiLU output gate: o [B, T, H, V] -> [B, T, H, V]."""
+        """D skip, output norm and gate (layer.output_norm): o [B, T, H, V] -> [B, T, H, V]."""
         if self.D is not None:
             o = o + self.D[:, None] * v
+        if self.spec.layer.output_norm == "gate_then_rmsnorm":  # Mamba2: gate, then norm over each head group
+            B, T = o.shape[:2]
+            o = (o * self.output_gate(self.g_proj(x)).view_as(o)).reshape(B, T, self.Hqk, -1)  # [B, T, Hqk, H/Hqk·V]
+            o = o * torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + self.spec.layer.norm_eps)
+            return o.reshape(B, T, self.H, self.V) * self.norm_weight.view(self.H, self.V)
         if self.norm_weight is not None:
             o = rms_norm(o, self.norm_weight, self.spec.layer.norm_eps)
         if self.g_proj is not None:
-            o = o * F.silu(self.g_proj(x)).view_as(o)
+            o = o * self.output_gate(self.g_proj(x)).view_as(o)
         return o

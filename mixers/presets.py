@@ -56,8 +56,12 @@ for _spec in [
               optimizer=GD(), layer=LayerOptions(feature_map="elu_plus_one", output_norm="rmsnorm")),
     MixerSpec(name="retnet", memory=Matrix(), bias=DotProduct(), retention=L2Decay(gate="fixed"),
               optimizer=GD(), layer=LayerOptions()),
+    # Mamba2 (Dao & Gu 2024) as mamba_ssm and transformers' Mamba2Mixer build it: q = C, k = B, v = x through
+    # one short conv with a bias; B and C shared by all heads (ngroups = 1); y = RMSNorm(o · SiLU(z)) with a
+    # weight per channel (norm_before_gate=False), eps 1e-5
     MixerSpec(name="mamba2", memory=Matrix(), bias=DotProduct(), retention=L2Decay(gate="scalar"),
-              optimizer=GD(), layer=LayerOptions(lr_gate="dt", scale=1.0, d_skip=True)),
+              optimizer=GD(), layer=LayerOptions(lr_gate="dt", scale=1.0, d_skip=True, num_qk_heads=1,
+                                                 conv_bias=True, output_norm="gate_then_rmsnorm", norm_eps=1e-5)),
     MixerSpec(name="gla", memory=Matrix(), bias=DotProduct(), retention=L2Decay(gate="key"),
               optimizer=GD(), layer=LayerOptions()),
     MixerSpec(name="deltanet", memory=Matrix(), bias=L2(), retention=NoRetention(),
@@ -66,6 +70,11 @@ for _spec in [
               optimizer=RetainThenGD(), layer=LayerOptions(**_DELTA_LAYER)),
     MixerSpec(name="gated_deltanet_joint", memory=Matrix(), bias=L2(), retention=L2Decay(gate="scalar"),
               optimizer=GD(), layer=LayerOptions(**_DELTA_LAYER)),
+    # Kimi Delta Attention (Kimi Linear, 2025; transformers' KimiLinearDeltaAttention): Gated DeltaNet with
+    # one decay per key, S_t = (I − β_t k_t k_tᵀ) diag(α_t) S_{t−1} + β_t k_t v_tᵀ, its decay and output gate
+    # through rank-K projections, a sigmoid output gate
+    MixerSpec(name="kda", memory=Matrix(), bias=L2(), retention=L2Decay(gate="key"), optimizer=RetainThenGD(),
+              layer=LayerOptions(**_DELTA_LAYER, key_gate="kda", low_rank_gates=True, output_gate="sigmoid")),
     MixerSpec(name="longhorn", memory=Matrix(), bias=L2(), retention=NoRetention(),
               optimizer=Implicit(), layer=LayerOptions(**_DELTA_LAYER)),
     MixerSpec(name="softmax", memory=NonParametric(), bias=NadarayaWatson(), retention=NoRetention(),
@@ -106,3 +115,28 @@ for _spec in [
               layer=LayerOptions(**_DELTA_LAYER)),
 ]:
     register_preset(_spec)
+
+
+# What each preset's layer is held to (``assocmem derive NAME`` prints it). "=" means equal weight for
+# weight to that published layer (tests/layers/, ``assocmem verify --layers``); otherwise the difference.
+_GDN_LAYER = "the Gated DeltaNet layer (short conv + SiLU, L2-normalised q and k, gated output norm)"
+PUBLISHED_LAYERS: dict[str, str] = {
+    "gated_deltanet": "= transformers Qwen3NextGatedDeltaNet (grouped value heads: layer.num_qk_heads)",
+    "kda": "= transformers KimiLinearDeltaAttention",
+    "mamba2": "= transformers Mamba2Mixer, PyTorch path (its n_groups: layer.num_qk_heads, 1 here as in mamba_ssm)",
+    "softmax": "= transformers LlamaAttention / Qwen2Attention / Qwen3Attention (layer.attention.bias, .qk_norm)",
+    "sca": "= the authors' SCA layer (the SCA reference fixture, tests/mixers/test_sca_fixture.py)",
+    **{name: f"{_GDN_LAYER} around this update; no published layer of this kind is compared"
+       for name in ("deltanet", "gated_deltanet_joint", "longhorn", "titans_linear", "huber_delta", "lp_delta",
+                    "gated_deltanet_steps3", "huber_delta_steps3", "l1_deltanet")},
+    **{name: f"the RWKV-7 recurrence in {_GDN_LAYER}; RWKV-7's own time-mix block (token shift, LoRA gates, "
+             "bonus term, group norm) is not built, so no published layer is compared (the recurrence is: "
+             "assocmem verify rwkv7_dplr, FLA's dplr_recurrence)"
+       for name in ("rwkv7", "rwkv7_dplr")},
+    "hedgehog": "normalised linear attention with the Hedgehog feature map (Zhang et al. 2024), no conv and no "
+                "output norm; not compared with a published layer",
+    **{name: "not compared with a published layer: the short conv on q, k, v and the output norm are this "
+             "library's defaults (FLA's layers of this family may omit them)"
+       for name in ("linear_attention", "retnet", "gla", "ttt_linear")},
+    "sliding_window": "softmax attention with a window of 64; not compared with a published layer",
+}

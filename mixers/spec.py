@@ -142,13 +142,25 @@ class LayerOptions(BaseModel):
         "Z_t the Hebbian sum of the keys, kept as one more value column of the state; hebbian specs only")
     qk_norm: Literal["none", "l2"] = Field("none", description="'l2': unit-norm q and k per head (delta rule)")
     short_conv: bool = Field(True, description="causal depthwise conv on q, k, v (+SiLU), carried in the decode state")
+    conv_bias: bool = Field(False, description="a bias per channel in the short conv (Mamba2's use_conv_bias)")
     chunk_size: int | None = Field(
         None, gt=0, description="tokens per chunk of the chunk forms; None → the op's default for its family "
         "(hebbian: min(64, max(16, head_dim)); delta: min(64, max(16, head_dim // 2)), measured on CPU)")
     lr_gate: Literal["none", "sigmoid", "dt"] = Field(
         "none", description="β_t: none → 1, sigmoid → σ(x W_b), dt → Mamba2's Δ = softplus(x W + dt_bias)")
-    output_norm: Literal["none", "rmsnorm", "gated_rmsnorm"] = Field(
-        "gated_rmsnorm", description="per-head RMSNorm of o, optionally times SiLU(x W_g)")
+    output_norm: Literal["none", "rmsnorm", "gated_rmsnorm", "gate_then_rmsnorm"] = Field(
+        "gated_rmsnorm", description="rmsnorm: per-head RMSNorm of o (one weight per value channel, shared by "
+        "the heads); gated_rmsnorm: that times the output gate act(x W_g) (FLA, Qwen3-Next, Kimi); "
+        "gate_then_rmsnorm: o · act(x W_g), then RMSNorm over each group of the heads that share a q/k head, "
+        "one weight per channel of every head (Mamba2's norm_before_gate=False)")
+    output_gate: Literal["silu", "sigmoid"] = Field(
+        "silu", description="act of the output gate of gated_rmsnorm: silu (FLA, Qwen3-Next) or sigmoid (Kimi Linear)")
+    key_gate: Literal["gla", "kda"] = Field(
+        "gla", description="per-key decay (retention l2_decay gate=key): gla → log α = logsigmoid(x W_a)/16; "
+        "kda → log α = −exp(A_log_h)·softplus(x W_a + dt_bias) per head and key (Kimi Linear)")
+    low_rank_gates: bool = Field(
+        False, description="the per-key decay and output-gate projections through a rank-K bottleneck, "
+        "W = W_up W_down with d → K → width (Kimi Linear)")
     d_skip: bool = Field(False, description="Mamba2's D·x skip")
     num_qk_heads: int | None = Field(
         None, gt=0, description="recurrent mixers: q/k heads, each shared by num_heads / num_qk_heads consecutive "

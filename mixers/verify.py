@@ -25,10 +25,12 @@ from assocmem.memories import L2Decay, Momentum, NonParametric, Spectral
 from assocmem.memories.checks import gate_needs
 
 from .external import external_references
-from .lower import APPROXIMATE, FAMILIES, available_forms, derived, family_of, hand_written, lower
+from .lower import APPROXIMATE, FAMILIES, available_forms, derived, family_of, hand_written, lower, with_lr
 from .spec import MixerSpec
 
 EXACT_ATOL = 1e-10  # float64, derived vs hand-written / lowered forms
+F32_RTOL = 1e-5  # our forms run in float32 vs the float64 derivation, relative to each tensor's largest entry
+LARGE = dict(B=1, T=1000, H=2, K=32, V=48)  # the larger shape verify(large=True) adds
 
 
 @dataclass
@@ -141,23 +143,44 @@ def _flat(x) -> list[torch.Tensor]:
     return [x] if torch.is_tensor(x) else [t for item in x for t in _flat(item)]
 
 
-def run(fn: Callable, case: Case, *, extra: dict | None = None, seed: int = 1) -> dict[str, list[torch.Tensor]]:
-    """Output, final state (flattened) and the input gradients of a random scalar projection."""
+def run(fn: Callable, case: Case, *, extra: dict | None = None, seed: int = 1, grad: bool = True,
+        state_grad: bool = True) -> dict:
+    """Output, final state (flattened) and the input gradients of ⟨o, c⟩ + Σᵢ ⟨Sᵢ, cᵢ⟩ for random
+    cotangents c (the same for every implementation) on the output and, with ``state_grad``, on every
+    final-state tensor. ``grad=False`` runs under ``torch.no_grad()`` (the inference path) and returns
+    no gradients."""
     kw = dict(case.tensors)
     q, k, v = kw.pop("q"), kw.pop("k"), kw.pop("v")
-    o, S = fn(q, k, v, **kw, scale=case.scale, initial_state=case.initial_state,
-              output_final_state=True, **(extra or {}))
+    with torch.set_grad_enabled(grad):
+        o, S = fn(q, k, v, **kw, scale=case.scale, initial_state=case.initial_state,
+                  output_final_state=True, **(extra or {}))
+    states = _flat(S)
+    out = {"output": [o.detach()], "state": [x.detach() for x in states], "grad": {}}
+    if not grad:
+        return out
     g = torch.Generator().manual_seed(seed)
-    cot = torch.randn(o.shape, generator=g, dtype=torch.float64).to(o.dtype)  # same for every implementation
+    cot = lambda t: torch.randn(t.shape, generator=g, dtype=torch.float64).to(t.dtype)  # noqa: E731
+    loss = (o * cot(o)).sum()
+    for s in states if state_grad else []:
+        loss = loss + (s * cot(s)).sum()
     inputs = list(case.tensors.values())
-    grads = torch.autograd.grad((o * cot).sum(), inputs, allow_unused=True)
-    grads = {n: torch.zeros_like(i) if gr is None else gr for n, i, gr in zip(case.tensors, inputs, grads)}
-    return {"output": [o.detach()], "state": [x.detach() for x in _flat(S)], "grad": grads}
+    grads = torch.autograd.grad(loss, inputs, allow_unused=True)
+    out["grad"] = {n: torch.zeros_like(i) if gr is None else gr for n, i, gr in zip(case.tensors, inputs, grads)}
+    return out
 
 
-def max_abs_error(a: dict, b: dict, grad_inputs: tuple[str, ...] | None = None) -> float:
+def cast(case: Case, dtype: torch.dtype) -> Case:
+    """The same inputs in ``dtype`` (fresh leaves that require grad)."""
+    to = lambda t: None if t is None else t.detach().to(dtype)  # noqa: E731
+    tensors = {n: to(t).requires_grad_(True) for n, t in case.tensors.items()}
+    init = case.initial_state
+    init = to(init) if init is None or torch.is_tensor(init) else tuple(to(t) for t in init)
+    return Case(tensors, init, case.scale)
+
+
+def max_abs_error(a: dict, b: dict, grad_inputs: tuple[str, ...] | None = None, *, relative: bool = False) -> float:
     """Max abs difference over outputs, input gradients (all, or those named) and, when
-    both return one, final states."""
+    both return one, final states; ``relative``: each tensor's error divided by a's largest entry."""
     err = 0.0
     names = list(a["grad"]) if grad_inputs is None else list(grad_inputs)
     a = dict(a, grad=[a["grad"][n] for n in names])
@@ -171,23 +194,39 @@ def max_abs_error(a: dict, b: dict, grad_inputs: tuple[str, ...] | None = None) 
             if x.shape != y.shape:
                 return float("inf")
             if x.numel():
-                err = max(err, float((x.to(torch.float64) - y.to(torch.float64)).abs().max()))
+                diff = float((x.to(torch.float64) - y.to(torch.float64)).abs().max())
+                scale = float(x.abs().max()) if relative else 1.0
+                err = max(err, diff / scale if scale else diff)
     return err
 
 
-def _pairs(spec: MixerSpec) -> list[tuple[str, Callable, float, bool, dict, tuple | None]]:
-    """(pair, fn, tolerance, supports initial state, extra kwargs, comparable gradients)."""
+@dataclass(frozen=True)
+class Pair:
+    """One implementation compared with the derivation."""
+
+    name: str
+    fn: Callable  # the op contract
+    tolerance: float
+    with_state: bool  # takes an initial state and returns the final one
+    extra: dict
+    grad_inputs: tuple[str, ...] | None = None  # comparable gradients (None: all)
+    ours: bool = True  # one of our forms: also run without autograd and in float32
+
+
+def _pairs(spec: MixerSpec) -> list[Pair]:
     pairs = []
     hw = hand_written(spec)
     if hw is not None:
-        pairs.append((f"derived vs {hw[0]} (hand-written)", hw[1], EXACT_ATOL, True, {}, None))
+        pairs.append(Pair(f"derived vs {hw[0]} (hand-written)", hw[1], EXACT_ATOL, True, {}))
     for name in available_forms(spec):
         if name in APPROXIMATE or name == "recurrent":
             continue  # recurrent = the hand-written one above (or derived itself)
         extra = {"chunk_size": 16} if name == "chunk" else {}
-        pairs.append((f"derived vs form:{name}", lower(spec, name).fn, EXACT_ATOL, True, extra, None))
-    for ref in external_references(spec):
-        pairs.append((f"derived vs {ref.name}", ref.fn, ref.atol, ref.initial_state, {}, ref.grad_inputs))
+        pairs.append(Pair(f"derived vs form:{name}", lower(spec, name).fn, EXACT_ATOL, True, extra))
+    lr = getattr(spec.optimizer, "lr", 1.0) if family_of(spec).lr else 1.0
+    for ref in external_references(spec):  # references take the step η_t itself: η_t = lr·β_t
+        pairs.append(Pair(f"derived vs {ref.name}", with_lr(ref.fn, lr), ref.atol, ref.initial_state, {},
+                          ref.grad_inputs, ours=False))
     return pairs
 
 
@@ -202,24 +241,53 @@ def _ordering_checks(spec: MixerSpec) -> list[tuple[str, Callable]]:
 
 
 def verify(spec: MixerSpec | str, *, T: int = 70, B: int = 2, H: int = 2, K: int = 8, V: int = 6,
-           seed: int = 0) -> list[PairResult]:
-    """Compare every implementation of ``spec`` with its derivation (float64)."""
+           seed: int = 0, extras: bool = True, large: bool = False) -> list[PairResult]:
+    """Compare every implementation of ``spec`` with its derivation (float64): outputs, final states and
+    the gradients of a random projection of both. ``extras``: our own forms also without autograd (the
+    inference path) and in float32, and the other composition order; ``large``: every pair once more at
+    LARGE (T=1000, K=32, V=48)."""
     from .presets import get_preset
 
     spec = get_preset(spec) if isinstance(spec, str) else spec
     label = spec.name or "custom"
-    step = derived(spec)
-    cases = {s: make_case(spec, B=B, T=T, H=H, K=K, V=V, seed=seed, with_state=s) for s in (True, False)}
-    truth = {s: run(step, c) for s, c in cases.items()}
-    results = []
-    for pair, fn, tol, with_state, extra, grads in _pairs(spec):
-        try:
-            err = max_abs_error(truth[with_state], run(fn, cases[with_state], extra=extra), grads)
-        except Exception as exc:  # a failing implementation is a failed pair, reported with its reason
-            results.append(PairResult(label, f"{pair} [error: {type(exc).__name__}: {exc}]", float("inf"), False, tol))
-            continue
-        results.append(PairResult(label, pair, err, err <= tol, tol))
-    for pair, fn in _ordering_checks(spec):
-        err = max_abs_error(truth[True], run(fn, cases[True]))
-        results.append(PairResult(label, pair, err, err > 1e-3, 1e-3, expect="differ"))
+    # the compiled scan form meets several dtypes, shapes and grad modes here: keep it compiled for all
+    # of them (dynamo's default of 8 compiled variants would fall back to eager part way through)
+    with torch._dynamo.config.patch(recompile_limit=256):
+        results = _compare(spec, label, dict(B=B, T=T, H=H, K=K, V=V), seed, extras=extras)
+        if large:
+            tag = f" [T={LARGE['T']}, K={LARGE['K']}, V={LARGE['V']}]"
+            results += _compare(spec, label, LARGE, seed, extras=False, tag=tag)
     return results
+
+
+def _compare(spec: MixerSpec, label: str, shape: dict, seed: int, *, extras: bool, tag: str = "") -> list[PairResult]:
+    """Every pair at one shape; ``extras``: the no-grad and float32 runs of our forms and the ordering checks."""
+    step = derived(spec)
+    cases = {s: make_case(spec, **shape, seed=seed, with_state=s) for s in (True, False)}
+    truth = {s: run(step, c, state_grad=s) for s, c in cases.items()}
+    results = []
+    for p in _pairs(spec):
+        case, want = cases[p.with_state], truth[p.with_state]
+        checks = [(tag, p.tolerance, lambda: max_abs_error(
+            want, run(p.fn, case, extra=p.extra, state_grad=p.with_state), p.grad_inputs))]
+        if extras and p.ours:
+            checks += [(" [no grad]", p.tolerance, lambda: max_abs_error(
+                           want, run(p.fn, case, extra=p.extra, grad=False), ())),
+                       (" [float32, relative]", F32_RTOL, lambda: max_abs_error(
+                           want, run(p.fn, cast(case, torch.float32), extra=p.extra, state_grad=p.with_state),
+                           relative=True))]
+        for suffix, tol, measure in checks:
+            results.append(_result(label, p.name + suffix, tol, measure))
+    if extras:
+        for pair, fn in _ordering_checks(spec):
+            err = max_abs_error(truth[True], run(fn, cases[True]))
+            results.append(PairResult(label, pair, err, err > 1e-3, 1e-3, expect="differ"))
+    return results
+
+
+def _result(label: str, pair: str, tol: float, measure: Callable[[], float]) -> PairResult:
+    try:
+        err = measure()
+    except Exception as exc:  # a failing implementation is a failed pair, reported with its reason
+        return PairResult(label, f"{pair} [error: {type(exc).__name__}: {exc}]", float("inf"), False, tol)
+    return PairResult(label, pair, err, err <= tol, tol)

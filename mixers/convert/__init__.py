@@ -20,10 +20,11 @@ import torch.nn as nn
 
 from ..layer import build_mixer
 from ..spec import MixerSpec
-from . import attention, gated_deltanet
+from . import attention, gated_deltanet, kda, mamba2
 from .common import LayerConverter
 
-CONVERTERS: dict[str, LayerConverter] = {c.hf_class: c for c in (gated_deltanet.CONVERTER, *attention.CONVERTERS)}
+CONVERTERS: dict[str, LayerConverter] = {
+    c.hf_class: c for c in (gated_deltanet.CONVERTER, kda.CONVERTER, mamba2.CONVERTER, *attention.CONVERTERS)}
 
 __all__ = ["CONVERTERS", "LayerConverter", "from_hf", "spec_from_hf", "to_hf"]
 

@@ -76,6 +76,44 @@ def _qwen3_next(hk: int, hv: int):
     return build
 
 
+# ------------------------------------------------------------------ Kimi Delta Attention (Kimi Linear)
+
+
+def _kimi_linear(dtype: torch.dtype, seed: int) -> Reference:
+    from transformers import DynamicCache, KimiLinearConfig
+    from transformers.models.kimi_linear.modeling_kimi_linear import KimiLinearDeltaAttention
+
+    cfg = KimiLinearConfig(hidden_size=D_MODEL, linear_num_heads=4, linear_head_dim=8, num_hidden_layers=1,
+                           layer_types=["linear_attention"])
+    layer = randomize_(KimiLinearDeltaAttention(cfg, 0).to(dtype), seed)
+    return Reference(layer, lambda x, start, cache: layer(x, cache=cache), lambda: DynamicCache(config=cfg),
+                     _recurrent_states(cfg.linear_conv_kernel_dim))
+
+
+# ------------------------------------------------------------------ Mamba2
+
+
+def _mamba2(dtype: torch.dtype, seed: int) -> Reference:
+    from transformers import DynamicCache, Mamba2Config
+    from transformers.models.mamba2.modeling_mamba2 import Mamba2Mixer
+
+    cfg = Mamba2Config(hidden_size=D_MODEL, num_heads=4, head_dim=8, state_size=6, n_groups=2, expand=1,
+                       chunk_size=16, num_hidden_layers=1)
+    layer = randomize_(Mamba2Mixer(cfg, 0).to(dtype), seed)
+    with torch.no_grad():
+        layer.dt_bias.sub_(1.0)  # Δ = softplus(x W_dt + dt_bias − 1), mostly below 1: the state carries over tokens
+    inner, gn = layer.intermediate_size, cfg.n_groups * cfg.state_size
+
+    def states(cache, ours):
+        """Its state [B, H, P, N] is our S [B, H, N, P] transposed; its conv channels are [x, B, C], ours [C, B, x]."""
+        w = cfg.conv_kernel - 1  # it keeps the last conv_kernel inputs, we keep conv_kernel − 1
+        x, b, c = cache.get_conv_state(0)[..., -w:].transpose(1, 2).split([inner, gn, gn], dim=-1)
+        return [("memory", ours.memory, cache.get_recurrent_state(0).transpose(-1, -2)),
+                ("conv", ours.conv, torch.cat([c, b, x], dim=-1))]
+
+    return Reference(layer, lambda x, start, cache: layer(x, cache=cache), lambda: DynamicCache(config=cfg), states)
+
+
 # ------------------------------------------------------------------ attention (Llama, Qwen2, Qwen3)
 
 
@@ -108,6 +146,10 @@ LAYER_CASES: dict[str, LayerCase] = {c.name: c for c in (
               "transformers.models.qwen3_next.modeling_qwen3_next", _qwen3_next(2, 2)),
     LayerCase("Qwen3NextGatedDeltaNet (Hk=2, Hv=4)", "gated_deltanet",
               "transformers.models.qwen3_next.modeling_qwen3_next", _qwen3_next(2, 4)),
+    LayerCase("KimiLinearDeltaAttention (H=4, K=V=8)", "kda", "transformers.models.kimi_linear.modeling_kimi_linear",
+              _kimi_linear),
+    LayerCase("Mamba2Mixer (H=4, P=8, N=6, 2 groups, conv bias)", "mamba2",
+              "transformers.models.mamba2.modeling_mamba2", _mamba2),
     LayerCase("LlamaAttention (GQA, biases)", "softmax", "transformers.models.llama.modeling_llama",
               _attention("llama", "Llama", attention_bias=True)),
     LayerCase("Qwen2Attention (GQA, q/k/v biases)", "softmax", "transformers.models.qwen2.modeling_qwen2",

@@ -54,3 +54,16 @@ def test_verify_cli_layers(capsys, tmp_path):
     assert "8 of 8 pairs pass (0 op pairs, 8 layer pairs)" in out and "Qwen3NextGatedDeltaNet (Hk=2, Hv=4)" in out
     with pytest.raises(SystemExit, match="no published layer is held to the named presets"):
         cli(["verify", "gla", "--layers"])
+
+
+def test_every_preset_names_what_its_layer_is_held_to(capsys):
+    """Each preset says which published layer it equals (and then a layer case checks it) or how it differs."""
+    from assocmem.mixers import list_presets
+    from assocmem.mixers.presets import PUBLISHED_LAYERS
+    from assocmem.training.cli import main as cli
+
+    assert set(PUBLISHED_LAYERS) == set(list_presets())
+    checked = {c.preset for c in LAYER_CASES.values()} | {"sca"}  # sca: tests/mixers/test_sca_fixture.py
+    assert {n for n, text in PUBLISHED_LAYERS.items() if text.startswith("=")} == checked
+    assert cli(["derive", "mamba2"]) == 0
+    assert "layer:     = transformers Mamba2Mixer" in capsys.readouterr().out

@@ -49,7 +49,7 @@ def test_build_mixer_dispatch():
 
 
 RECURRENT = ["gated_deltanet", "mamba2", "gla", "retnet", "linear_attention", "deltanet", "longhorn",
-             "gated_deltanet_joint"]
+             "gated_deltanet_joint", "kda"]
 
 
 @pytest.mark.parametrize("name", RECURRENT)
@@ -148,8 +148,8 @@ def test_state_size():
 
 
 def test_output_path():
-    """o → D skip → per-head RMSNorm → · SiLU(x W_g) → W_o, checked on the mamba2 layer."""
-    m = _mixer("mamba2")
+    """o → D skip → per-head RMSNorm → · SiLU(x W_g) → W_o (gated_rmsnorm, here with Mamba2's D skip)."""
+    m = _mixer("mamba2", output_norm="gated_rmsnorm", num_qk_heads=None, norm_eps=1e-6)
     x = torch.randn(1, 4, 32, dtype=torch.float64)
     o = torch.randn(1, 4, 2, 8, dtype=torch.float64)
     v = torch.randn(1, 4, 2, 8, dtype=torch.float64)
@@ -157,6 +157,21 @@ def test_output_path():
     ref = ref / torch.sqrt(ref.pow(2).mean(-1, keepdim=True) + 1e-6) * m.norm_weight
     ref = ref * F.silu(m.g_proj(x)).view(1, 4, 2, 8)
     torch.testing.assert_close(m._output(o, v, x), ref, atol=1e-14, rtol=0)
+
+
+def test_mamba2_output_path():
+    """Mamba2 (norm_before_gate=False): o + D v, times SiLU(x W_g), then RMSNorm over the heads of each
+    q/k group (here 4 heads in 2 groups), one weight per channel; short conv with a bias."""
+    m = _mixer("mamba2", num_heads=4, num_qk_heads=2)
+    assert m.conv.bias is not None and m.norm_weight.shape == (4 * 8,)
+    with torch.no_grad():
+        m.norm_weight.normal_()
+    x = torch.randn(1, 3, 32, dtype=torch.float64)
+    o, v = torch.randn(2, 1, 3, 4, 8, dtype=torch.float64)
+    gated = (o + m.D[:, None] * v) * F.silu(m.g_proj(x)).view(1, 3, 4, 8)
+    groups = gated.reshape(1, 3, 2, 16)  # heads (0, 1) and (2, 3) share a group
+    ref = (groups / torch.sqrt(groups.pow(2).mean(-1, keepdim=True) + 1e-5)).reshape(1, 3, 32) * m.norm_weight
+    torch.testing.assert_close(m._output(o, v, x).reshape(1, 3, 32), ref, atol=1e-14, rtol=0)
 
 
 def test_short_conv_is_causal_depthwise_conv_with_buffer():

@@ -80,9 +80,9 @@ def test_kda_lowers_to_chunk_kda():
 
 def test_kda_forms_equal_its_derivation():
     """derived vs recurrent_kda vs chunk_kda (float64, outputs, final states, gradients), with a base lr."""
-    results = verify(_kda(lr=0.7), T=37)
-    assert [r.pair for r in results] == ["derived vs recurrent_kda (hand-written)", "derived vs form:chunk"]
-    assert all(r.passed and r.max_abs_error < 1e-12 for r in results), results
+    results = verify(_kda(lr=0.7), T=37, extras=False)
+    assert [r.pair for r in results][:2] == ["derived vs recurrent_kda (hand-written)", "derived vs form:chunk"]
+    assert all(r.passed and r.max_abs_error < 1e-12 for r in results), results  # + kimi_linear and FLA references
 
 
 # ------------------------------------------------------------------ nowhere else
