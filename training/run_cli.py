@@ -99,7 +99,7 @@ def _train(args: argparse.Namespace) -> int:
 
 def _seeds(args: argparse.Namespace) -> int:
     """``--seeds``: the config once per seed, a mean/range table and (``--result``) a result record."""
-    from .results import command_line, make_record, save_record
+    from .results import make_record, save_record
     from .seeds import seed_config, seeds_table, train_seeds
 
     if args.result and Path(args.result).exists() and not args.overwrite:
@@ -116,9 +116,7 @@ def _seeds(args: argparse.Namespace) -> int:
     print(seeds_table(per_seed), end="")
     if args.result:
         cfg = seed_config(args.config, args.overrides, args.seeds[0])
-        command = command_line("assocmem", ["train", args.config_given, "--seeds", *map(str, args.seeds),
-                                            *[a for o in args.overrides for a in ("--set", o)], "--result", args.result])
-        record = make_record(name=Path(args.result).stem, command=command, seeds=args.seeds,
+        record = make_record(name=Path(args.result).stem, command=_command(args), seeds=args.seeds,
                              per_seed=per_seed, description=f"assocmem train {Path(args.config).stem}, "
                              f"{len(args.seeds)} seeds (TrainConfig.seed; data.seed {cfg.data.seed} fixed)",
                              extra={"config": cfg.model_dump(mode="json")})
@@ -147,8 +145,11 @@ def _sweep(args: argparse.Namespace) -> int:
     from .loop import train
     from .sweep import load_sweep, markdown_table, results_table, run_status
 
+    if args.result and Path(args.result).exists() and not args.overwrite:
+        print(f"assocmem train: --result {args.result} exists; pass --overwrite to replace it", file=sys.stderr)
+        return 2
     try:
-        spec, runs = load_sweep(args.config, args.overrides)
+        spec, runs = load_sweep(args.config, args.overrides, seeds=args.seeds)
     except ConfigError as err:
         print(f"assocmem train: {err}", file=sys.stderr)
         return 2
@@ -170,4 +171,35 @@ def _sweep(args: argparse.Namespace) -> int:
     out.with_suffix(".results.json").write_text(json.dumps(table, indent=2))
     out.with_suffix(".results.md").write_text(markdown_table(table))
     print(markdown_table(table), end="")
+    if args.result:
+        _sweep_result(args, spec, table)
     return 0
+
+
+def _sweep_result(args: argparse.Namespace, spec, table: list[dict]) -> None:
+    """The result record of a sweep run with --seeds: per seed, the best metric of every row."""
+    from .results import write_result
+    from .sweep import SEED_AXIS, seed_metrics
+
+    per_seed = seed_metrics(spec, table)
+    missing = sorted(set(args.seeds) - set(per_seed))
+    if missing:
+        raise SystemExit(f"assocmem train: seeds {missing} have no finished run; no result written")
+    write_result(args.result, name=Path(args.result).stem, command=_command(args), seeds=args.seeds,
+                 per_seed={s: per_seed[s] for s in args.seeds}, overwrite=args.overwrite,
+                 description=f"sweep {Path(args.config).stem}: best {spec.metric} over {spec.best_over} per row, "
+                 f"per seed (TrainConfig.seed)",
+                 extra={"best": {f"{r[SEED_AXIS]}/" + "/".join(str(r[a]) for a in spec.axes
+                                                               if a not in (SEED_AXIS, spec.best_over)): r["best"]
+                                 for r in table}})
+    print(f"result: {args.result}")
+
+
+def _command(args: argparse.Namespace) -> str:
+    """The command as typed, rebuilt from the parsed arguments (config as given, seeds, --set, --result)."""
+    from .results import command_line
+
+    return command_line("assocmem", ["train", args.config_given, "--seeds", *map(str, args.seeds),
+                                     *[a for o in args.overrides for a in ("--set", o)],
+                                     *[a for t in getattr(args, "only", []) for a in ("--only", t)],
+                                     "--result", args.result])

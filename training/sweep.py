@@ -12,7 +12,8 @@
 
 Each combination (one label per axis) is a run named ``<name>-<label>-<label>...``
 with the labels' dotted values set on the base (Zoology's "experiments are
-lists of configs"). ``assocmem train SWEEP.yaml`` trains them in order; a run
+lists of configs"). ``--seeds 0 1 2`` adds a last axis ``seed`` (labels s0, s1, s2 setting
+``seed``), so every combination runs once per seed and the table has a row per seed. ``assocmem train SWEEP.yaml`` trains them in order; a run
 that has finished (summary.json) is skipped and one that was interrupted is
 resumed exactly, so a sweep can be killed and restarted.
 """
@@ -46,8 +47,10 @@ def is_sweep(path: str | Path) -> bool:
     return isinstance(data, dict) and "sweep" in data
 
 
-def load_sweep(path: str | Path, overrides: list[str] | None = None) -> tuple[SweepSpec, list[tuple[dict, TrainConfig]]]:
-    """(sweep section, [(labels per axis, config)]) for every combination of labels."""
+def load_sweep(path: str | Path, overrides: list[str] | None = None,
+               seeds: list[int] | None = None) -> tuple[SweepSpec, list[tuple[dict, TrainConfig]]]:
+    """(sweep section, [(labels per axis, config)]) for every combination of labels; ``seeds``
+    adds the axis ``seed`` (see the module docstring)."""
     path = Path(path)
     data = yaml.safe_load(path.read_text())
     try:
@@ -56,6 +59,10 @@ def load_sweep(path: str | Path, overrides: list[str] | None = None) -> tuple[Sw
         raise ConfigError(f"{path}: invalid sweep section: {err}") from None
     if spec.best_over is not None and spec.best_over not in spec.axes:
         raise ConfigError(f"sweep.best_over={spec.best_over!r} is not an axis; axes: {list(spec.axes)}")
+    if seeds:
+        if SEED_AXIS in spec.axes:
+            raise ConfigError(f"{path}: the sweep already has an axis {SEED_AXIS!r}; drop it or --seeds")
+        spec.axes[SEED_AXIS] = {f"s{s}": {"seed": s} for s in seeds}
     base_name = data.pop("name", path.stem)
     runs = []
     for combo in itertools.product(*(spec.axes[a].items() for a in spec.axes)):
@@ -67,6 +74,20 @@ def load_sweep(path: str | Path, overrides: list[str] | None = None) -> tuple[Sw
         raw["name"] = "-".join([base_name, *labels.values()])
         runs.append((labels, config_from_dict(raw)))
     return spec, runs
+
+
+SEED_AXIS = "seed"
+
+
+def seed_metrics(spec: SweepSpec, table: list[dict]) -> dict[int, dict[str, float | None]]:
+    """seed -> {"<label>/<label>/...": best ``metric``} from a ``results_table`` of a sweep with seeds
+    (labels of every axis except the seed and ``best_over``, in axis order)."""
+    axes = [a for a in spec.axes if a not in (SEED_AXIS, spec.best_over)]
+    out: dict[int, dict[str, float | None]] = {}
+    for row in table:
+        seed = int(row[SEED_AXIS].removeprefix("s"))
+        out.setdefault(seed, {})["/".join(row[a] for a in axes)] = row[spec.metric]
+    return out
 
 
 def run_status(cfg: TrainConfig) -> str:

@@ -59,3 +59,21 @@ def test_every_bundled_config_validates():
             assert runs and len({cfg.name for _, cfg in runs}) == len(runs), path.name
         else:
             assert load_config(path).name, path.name
+
+
+def test_sweep_with_seeds_runs_each_combination_per_seed_and_writes_a_record(tmp_path, capsys):
+    from assocmem.training.results import read_result
+
+    path = _write(tmp_path)
+    spec, runs = load_sweep(path, seeds=[3, 4])
+    assert [cfg.name for _, cfg in runs][:3] == ["sw-K2-lo-s3", "sw-K2-lo-s4", "sw-K2-hi-s3"]
+    assert [cfg.seed for _, cfg in runs] == [3, 4] * 4 and list(spec.axes)[-1] == "seed"
+    result = tmp_path / "sw.json"
+    assert cli_main(["train", str(path), "--seeds", "3", "4", "--only", "K2", "--result", str(result)]) == 0
+    record = read_result(result)
+    for seed in (3, 4):  # per seed: the best accuracy over lr of the row, as the runs' summaries give it
+        accs = [json.loads((tmp_path / "runs" / f"sw-K2-{lr}-s{seed}" / "summary.json").read_text())["eval"]["accuracy"]
+                for lr in ("lo", "hi")]
+        assert record.values("K2")[seed] == max(accs)
+    assert set(record.per_seed["3"]) == {"K2"} and record.command.endswith(f"--only K2 --result {result}")
+    assert "K2" in capsys.readouterr().out
