@@ -192,3 +192,14 @@ register(Reproducible(
     minutes_per_seed=3.0,
 ))
 
+register(Reproducible(
+    name="hybrid-quick",
+    description="the hybrid experiment's smoke-sized variant (--quick: d=32, 30 steps, 0/50/100 % attention and "
+                "SCA 2:1 on ring/hex walks, probed on a held-out 4x4 grid); the README's hybrid table is the full run",
+    command=("probe", "hybrid-experiment", "--quick", "--threads", "1", "--seeds", "{seeds}", "--out", "{out}",
+             "--result", "{result}"),
+    seeds=(0, 1, 2),
+    checks=tuple(Check(f"{model}/min_energy_ratio", atol=0.02) for model in ("attn000", "attn050", "attn100", "sca2to1"))
+    + (Check("attn100/neighbour_mass", atol=0.01),),
+    minutes_per_seed=2.0,
+))
