@@ -317,6 +317,10 @@ def _cli(args) -> int:
         if args.result and Path(args.result).exists() and not args.overwrite:
             raise FileExistsError(f"--result {args.result} exists; pass --overwrite to replace it")
         out = prepare_out(args.out, args.overwrite)
+        if args.result:
+            from assocmem.training.results import current_versions
+
+            current_versions()  # read now: the code this process runs
     except (FileExistsError, FileNotFoundError, ValueError) as err:
         print(f"assocmem probe hybrid-experiment: {err}", file=sys.stderr)
         return 2

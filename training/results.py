@@ -19,13 +19,15 @@ command writes one JSON record, and the copy the README quotes is stored in
      "extra": {...}}                    # anything else worth keeping (curves, minutes per seed)
 
 Per-seed metrics are floats (``null`` where a seed has no value, e.g. a threshold never
-reached); the summary is over the seeds that have one. Writing a record never replaces an
+reached); the summary is over the seeds that have one. The versions are those of the process,
+read when the command starts (``current_versions()``). Writing a record never replaces an
 existing file unless asked (``overwrite=True``).
 
 Adopting the format in a new experiment (a command that runs seeds and knows its metrics):
 
-    from assocmem.training.results import command_line, write_result
+    from assocmem.training.results import command_line, current_versions, write_result
 
+    current_versions()                       # when the command starts: the code this process runs
     per_seed = {seed: {"accuracy": acc, "loss": loss} for seed, (acc, loss) in runs.items()}
     write_result(args.result, name="my-experiment", command=command_line("assocmem"),
                  seeds=list(runs), per_seed=per_seed, description="what was run", overwrite=args.overwrite)
@@ -33,6 +35,7 @@ Adopting the format in a new experiment (a command that runs seeds and knows its
 from __future__ import annotations
 
 import datetime
+import functools
 import hashlib
 import json
 import math
@@ -120,8 +123,12 @@ def _machine() -> str:
     return f"{model}, {os.cpu_count()} cores"
 
 
+@functools.lru_cache(maxsize=None)
 def current_versions() -> Versions:
-    """The versions of this process: python, torch, transformers, the checkout's commit and lock."""
+    """The versions of this process: python, torch, transformers, the checkout's commit and lock.
+
+    Read once per process and kept: a command calls it when it starts, so that a commit made
+    while it runs is not recorded as the code it ran (a process runs the code it imported)."""
     import torch
 
     try:

@@ -99,8 +99,10 @@ def _train(args: argparse.Namespace) -> int:
 
 def _seeds(args: argparse.Namespace) -> int:
     """``--seeds``: the config once per seed, a mean/range table and (``--result``) a result record."""
-    from .results import make_record, save_record
+    from .results import current_versions, make_record, save_record
     from .seeds import seed_config, seeds_table, train_seeds
+
+    current_versions()  # read now: the code this process runs, whatever is committed while it trains
 
     if args.result and Path(args.result).exists() and not args.overwrite:
         print(f"assocmem train: --result {args.result} exists; pass --overwrite to replace it", file=sys.stderr)
@@ -148,6 +150,10 @@ def _sweep(args: argparse.Namespace) -> int:
     if args.result and Path(args.result).exists() and not args.overwrite:
         print(f"assocmem train: --result {args.result} exists; pass --overwrite to replace it", file=sys.stderr)
         return 2
+    if args.result:
+        from .results import current_versions
+
+        current_versions()  # read now: the code this process runs
     try:
         spec, runs = load_sweep(args.config, args.overrides, seeds=args.seeds)
     except ConfigError as err:
