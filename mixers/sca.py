@@ -1,8 +1,9 @@
 """SeqCond Attention (SCA): the spectral-memory mixer of Nautile-370M.
 
 Nautile-370M §2.2.4, Algorithm 1, as implemented in the authors' code and pinned by
-their reference fixture (tests/mixers/test_sca_fixture.py loads it), whose steps 1–16
-this module follows step by step. Sizes: D = d_model, K memory heads, K_q query heads
+their reference fixture (``tests/fixtures/sca_reference``, loaded by
+tests/mixers/test_sca_fixture.py), whose steps 1–16 this module follows step by step.
+Sizes: D = d_model, K memory heads, K_q query heads
 (n_rep = K / K_q), M spectral points, H = max(1, ⌊int(D·expand)/(K·M)⌋) channels
 per head, C = K·H + K + K_q·H·M·2 projection channels, E = out_expand·H.
 

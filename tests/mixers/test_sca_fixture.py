@@ -1,4 +1,5 @@
-"""SCALayer against the authors' code (shared/fixtures/sca_reference), plus layer-level checks."""
+"""SCALayer against the authors' code (tests/fixtures/sca_reference, its README says how it was made),
+plus layer-level checks."""
 from __future__ import annotations
 
 import json
@@ -11,7 +12,7 @@ from torch.testing import assert_close
 
 from assocmem.mixers.sca import SCA_FORMS, SCALayer, SCAState
 
-FIXTURE_DIR = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures" / "sca_reference"
+FIXTURE_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "sca_reference"
 VARIANTS = {"main": "sca_layer.safetensors", "gqa": "sca_layer_gqa.safetensors"}
 FORMS = list(SCA_FORMS)
 EXACT = dict(atol=1e-12, rtol=0.0)
@@ -20,10 +21,8 @@ CORE_NAMES = ["k", "s", "q_re", "q_im", "theta", "w_int", "time_weight", "p", "p
 
 
 def load_fixture(variant: str):
-    """(config dict for SCALayer, all tensors) of one fixture file; skips if the folder is absent."""
+    """(config dict for SCALayer, all tensors) of one fixture file (shipped with the tests)."""
     path = FIXTURE_DIR / VARIANTS[variant]
-    if not path.exists():
-        pytest.skip(f"SCA reference fixture not found at {path.resolve()} (shared/ must sit beside the repo)")
     from safetensors import safe_open
     from safetensors.torch import load_file
 
