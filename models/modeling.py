@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
+from functools import partial
 from typing import Any
 
 import torch
@@ -20,7 +21,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, GenerationMixin, PretrainedConfig, PreTrainedModel
 from transformers import initialization as init
+from transformers.cache_utils import Cache
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
+from transformers.utils import logging
 
 from assocmem.mixers.norm import RMSNorm
 from assocmem.mixers.wiola import WiolaRMSNorm
@@ -29,6 +32,8 @@ from .blocks import Block, build_norm
 from .cache import AssocMemCache
 from .config import HybridConfig
 
+
+logger = logging.get_logger(__name__)
 
 # transformers >= 5.24 passes the cache to ``forward`` as ``cache`` and reads it back from the
 # output field ``cache``; earlier releases use ``past_key_values`` for both. The name is read off the
@@ -43,6 +48,31 @@ def take_cache(cache: AssocMemCache | None, past_key_values: AssocMemCache | Non
     return cache if cache is not None else past_key_values
 
 
+# Keywords HF callers pass to a model's forward besides the ones it names, and what happens to each.
+HF_KWARGS = {
+    "position_ids": "accepted, not read: positions are the tokens' order (each row's real tokens from 0 under "
+                    "left padding, continued by the cache)",
+    "cache_position": "checked: must be past, ..., past + T - 1 (the tokens the cache has seen, then these)",
+    "output_attentions": "refused when True: the recurrent mixers have no attention matrix (use "
+                         "output_hidden_states or the probes)",
+}
+
+
+def check_hf_kwargs(kwargs: dict[str, Any], *, past: int, T: int) -> None:
+    """Refuse keywords outside HF_KWARGS by name, a cache_position that is not the next T tokens,
+    and output_attentions=True."""
+    unknown = sorted(set(kwargs) - set(HF_KWARGS))
+    if unknown:
+        raise TypeError(f"unexpected keyword argument(s) {unknown}; besides the named ones, forward accepts "
+                        f"{sorted(HF_KWARGS)}")
+    if kwargs.get("output_attentions"):
+        raise ValueError(f"output_attentions=True: {HF_KWARGS['output_attentions']}")
+    position = kwargs.get("cache_position")
+    if position is not None and not torch.equal(position.flatten().cpu(), torch.arange(past, past + T)):
+        raise ValueError(f"cache_position {position.flatten().tolist()} is not the next {T} positions after the "
+                         f"{past} the cache has seen ({past}..{past + T - 1})")
+
+
 _HYBRID_CACHE = "_hybrid_config_cache"
 
 
@@ -55,8 +85,53 @@ def output_cache(output) -> AssocMemCache | None:
     return getattr(output, CACHE_FIELD)
 
 
+# HF's names for the architecture fields -> the HybridConfig field each one is. One table: the config
+# takes either name, refuses a contradiction, and writes both (the HF ones derived) when saved.
+HF_FIELDS = {
+    "vocab_size": "vocab_size",
+    "hidden_size": "d_model",
+    "num_hidden_layers": "n_layers",
+    "tie_word_embeddings": "tie_embeddings",
+    "num_attention_heads": "num_heads",
+    "intermediate_size": "mlp_hidden",
+    "rms_norm_eps": "norm_eps",
+    "initializer_range": "init_std",
+}
+# The HybridConfig value an HF name reads back (n_layers may be None: the pattern gives the depth).
+_DERIVED = {"n_layers": lambda hc: hc.depth, "mlp_hidden": lambda hc: hc.mlp_width}
+
+
+def _derived(hc: HybridConfig, field: str):
+    return _DERIVED[field](hc) if field in _DERIVED else getattr(hc, field)
+
+
+def merge_hf_fields(hybrid: dict, given: dict[str, Any]) -> dict:
+    """``hybrid`` (a HybridConfig dict) with the HF-named values of ``given`` written into it.
+
+    A value that the hybrid already fixes differently is refused, naming both; a value the hybrid
+    leaves open (absent or None) is taken. ``AssocMemConfig(hidden_size=128, num_hidden_layers=4,
+    vocab_size=1000)`` is ``hybrid={"d_model": 128, "n_layers": 4, "vocab_size": 1000}``.
+    """
+    hc = HybridConfig.model_validate(hybrid)
+    out = dict(hybrid)
+    for hf_name, value in given.items():
+        field = HF_FIELDS[hf_name]
+        if value == _derived(hc, field):
+            continue
+        if hybrid.get(field) is not None:
+            raise ValueError(f"{hf_name}={value!r} contradicts hybrid.{field}={hybrid[field]!r} (which gives "
+                             f"{hf_name}={_derived(hc, field)!r}); give it once, as {hf_name} or as hybrid.{field}")
+        out[field] = value
+    return out
+
+
 class AssocMemConfig(PretrainedConfig):
-    """HF config of an assocmem hybrid; ``hybrid`` holds the HybridConfig as a dict."""
+    """HF config of an assocmem hybrid; ``hybrid`` holds the HybridConfig as a dict.
+
+    The HF names of HF_FIELDS (``hidden_size``, ``num_hidden_layers``, ``vocab_size``, ...) are
+    accepted as the HybridConfig fields they stand for and are always written back from it.
+    Other keyword arguments are kept as attributes, as every HF config does.
+    """
 
     model_type = "assocmem"
     keys_to_ignore_at_inference = [CACHE_FIELD]
@@ -65,18 +140,18 @@ class AssocMemConfig(PretrainedConfig):
     vocab_size: int | None = None
     hidden_size: int | None = None
     num_hidden_layers: int | None = None
-    tie_word_embeddings: bool = True
+    tie_word_embeddings: bool | None = None
     use_cache: bool = True
     pad_token_id: int | None = None
     bos_token_id: int | None = None
     eos_token_id: int | list[int] | None = None
 
     def __post_init__(self, **kwargs):
-        hc = self.hybrid if isinstance(self.hybrid, HybridConfig) else HybridConfig.model_validate(self.hybrid or {})
+        hybrid = self.hybrid.model_dump(mode="json") if isinstance(self.hybrid, HybridConfig) else dict(self.hybrid or {})
+        given = {name: kwargs.pop(name) if name in kwargs else getattr(self, name, None) for name in HF_FIELDS}
+        hc = HybridConfig.model_validate(merge_hf_fields(hybrid, {k: v for k, v in given.items() if v is not None}))
         self.hybrid = hc.model_dump(mode="json")
         self._keep(hc)
-        self.vocab_size, self.hidden_size = hc.vocab_size, hc.d_model
-        self.num_hidden_layers, self.tie_word_embeddings = hc.depth, hc.tie_embeddings
         super().__post_init__(**kwargs)
 
     @property
@@ -89,12 +164,31 @@ class AssocMemConfig(PretrainedConfig):
         return self.__dict__[_HYBRID_CACHE][1]
 
     def _keep(self, hc: HybridConfig) -> None:
-        self.__dict__[_HYBRID_CACHE] = (_key(self.hybrid), hc)  # not a config field: never serialised
+        """Remember the validated ``hc`` (not a config field: never serialised) and write the HF names
+        from it (those the hybrid leaves open, such as num_heads = None, are not set)."""
+        self.__dict__[_HYBRID_CACHE] = (_key(self.hybrid), hc)
+        for hf_name, field in HF_FIELDS.items():
+            value = _derived(hc, field)
+            if value is not None or getattr(self, hf_name, None) is not None:
+                setattr(self, hf_name, value)
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON of the config; an HF name edited after construction (config.vocab_size = ...)
+        without its hybrid field is refused, so a saved folder never contradicts itself."""
+        hc = self.hybrid_config
+        for hf_name, field in HF_FIELDS.items():
+            value, derived = getattr(self, hf_name, None), _derived(hc, field)
+            if value is not None and value != derived:
+                raise ValueError(f"config.{hf_name}={value!r} but hybrid.{field} gives {derived!r}: change "
+                                 f"config.hybrid[{field!r}] (the source of truth), not config.{hf_name}")
         out = super().to_dict()
         out.pop(_HYBRID_CACHE, None)
         return out
+
+    def set_hybrid_field(self, field: str, value: Any) -> None:
+        """Change one HybridConfig field (validated) and the HF names derived from it."""
+        self.hybrid = HybridConfig.model_validate({**self.hybrid, field: value}).model_dump(mode="json")
+        self.hybrid_config  # noqa: B018 - re-validates and writes the HF names
 
     def signature(self) -> str:
         """A short hash of the architecture (the HybridConfig)."""
@@ -106,7 +200,9 @@ class AssocMemPreTrainedModel(PreTrainedModel):
     base_model_prefix = "model"
     _no_split_modules = ["Block"]
     _is_stateful = True  # recurrent states cannot be rolled back (no assisted generation)
-    supports_gradient_checkpointing = False
+    # activation_checkpointing_enable() (gradient_checkpointing_enable() before transformers 5.24): AssocMemModel
+    # recomputes every block in backward (every_n_layers is not read: all blocks or none)
+    supports_gradient_checkpointing = True
 
     @classmethod
     def _supports_default_dynamic_cache(cls) -> bool:
@@ -140,6 +236,12 @@ class AssocMemPreTrainedModel(PreTrainedModel):
             init.zeros_(module.offset)
 
 
+def _run_block(block: Block, mask: torch.Tensor | None, h: torch.Tensor, *streams: torch.Tensor):
+    """One block without a cache, every tensor that needs a gradient positional (as reentrant
+    checkpointing requires): the hidden state, then the earlier residual streams it reads."""
+    return block(h, state=None, mask=mask, return_state=False, streams=list(streams) or None)
+
+
 class AssocMemModel(AssocMemPreTrainedModel):
     """Embedding, the stack of blocks and the final RMSNorm."""
 
@@ -156,6 +258,7 @@ class AssocMemModel(AssocMemPreTrainedModel):
             for i, layer in enumerate(hc.plan))
         self.norm = build_norm(hc.block_norm, hc.d_model, hc.norm_eps)
         self._streams = max((block.cross_layer_streams for block in self.layers), default=0)
+        self.gradient_checkpointing = False  # set by activation_checkpointing_enable()
         self._cache_token = uuid.uuid4().hex[:8]
         self.post_init()
 
@@ -175,17 +278,22 @@ class AssocMemModel(AssocMemPreTrainedModel):
     def forward(self, input_ids: torch.LongTensor | None = None, attention_mask: torch.Tensor | None = None,
                 cache: AssocMemCache | None = None, inputs_embeds: torch.Tensor | None = None,
                 use_cache: bool | None = None, output_hidden_states: bool | None = None,
-                return_dict: bool | None = None, past_key_values: AssocMemCache | None = None):
+                return_dict: bool | None = None, past_key_values: AssocMemCache | None = None, **kwargs):
         """input_ids [B, T] (or inputs_embeds [B, T, d]); attention_mask [B, T] or [B, past + T];
-        cache (or its older name past_key_values): an AssocMemCache to continue from.
+        cache (or its older name past_key_values): an AssocMemCache to continue from (an empty
+        DynamicCache is taken as a fresh one).
 
         hidden_states (when asked): the residual stream entering the first block and after every
-        block (before the final norm), L + 1 tensors [B, T, d].
+        block (before the final norm), L + 1 tensors [B, T, d]. Other HF keywords: see HF_KWARGS.
         """
         h = self._embed(input_ids, inputs_embeds)
         B, T, _ = h.shape
-        use_cache = self.config.use_cache if use_cache is None else use_cache
-        cache = self._cache(take_cache(cache, past_key_values), use_cache)
+        cache = take_cache(cache, past_key_values)
+        check_hf_kwargs(kwargs, past=0 if cache is None or not isinstance(cache, AssocMemCache) else cache.seen_tokens,
+                        T=T)
+        checkpointing = self.gradient_checkpointing and self.training and torch.is_grad_enabled()
+        use_cache = self._use_cache(use_cache, cache, checkpointing)
+        cache = self._cache(cache, use_cache)
         mask = self._mask(attention_mask, B, T, 0 if cache is None else cache.seen_tokens)
         if self.embed_positions is not None:
             h = h + self._positions(T, 0 if cache is None else cache.seen_tokens, mask)
@@ -193,8 +301,11 @@ class AssocMemModel(AssocMemPreTrainedModel):
         streams: list[torch.Tensor] = []  # residual streams entering the blocks, kept for cross-layer mixers (GCLA)
         for i, block in enumerate(self.layers):
             streams = (streams + [h])[-self._streams:] if self._streams else streams
-            h, state = block(h, state=None if cache is None else cache[i], mask=mask, return_state=cache is not None,
-                             streams=streams or None)
+            if checkpointing:  # keep the inputs only; the block runs again in backward (no cache to write twice)
+                h, state = self._gradient_checkpointing_func(partial(_run_block, block, mask), h, *streams)
+            else:
+                h, state = block(h, state=None if cache is None else cache[i], mask=mask,
+                                 return_state=cache is not None, streams=streams or None)
             if cache is not None:
                 cache[i] = state
             if hidden is not None:
@@ -232,9 +343,29 @@ class AssocMemModel(AssocMemPreTrainedModel):
                              f"(max_positions={limit})")
         return self.embed_positions(torch.arange(past, past + T, device=self.embed_positions.weight.device))
 
+    def _use_cache(self, use_cache: bool | None, cache: AssocMemCache | None, checkpointing: bool) -> bool:
+        """Whether this forward keeps a cache. Under gradient checkpointing it does not: the block's
+        recompute in backward would write the states a second time."""
+        if not checkpointing:
+            return self.config.use_cache if use_cache is None else use_cache
+        if cache is not None:
+            raise ValueError("a cache cannot be continued under gradient checkpointing (the recompute would write "
+                             "it twice): decode in model.eval() or under torch.no_grad(), or call "
+                             "activation_checkpointing_disable() (gradient_checkpointing_disable() before "
+                             "transformers 5.24)")
+        if use_cache:
+            logger.warning_once("use_cache=True is ignored under gradient checkpointing (training mode)")
+        return False
+
     def _cache(self, cache, use_cache: bool) -> AssocMemCache | None:
         if cache is None:
             return self.new_cache() if use_cache else None
+        if isinstance(cache, Cache) and not isinstance(cache, AssocMemCache):
+            if cache.get_seq_length() == 0:  # e.g. generate(past_key_values=DynamicCache()): start ours
+                return self.new_cache()
+            raise TypeError(f"a {type(cache).__name__} holding {cache.get_seq_length()} tokens of key/value "
+                            f"pairs cannot continue an assocmem model (its layers keep recurrent states): pass "
+                            f"the AssocMemCache of an earlier forward, model.new_cache(), or an empty cache")
         if not isinstance(cache, AssocMemCache):
             raise TypeError(f"cache (past_key_values) must be an AssocMemCache (from this model's forward or "
                             f"model.new_cache()), got {type(cache).__name__}")
@@ -276,24 +407,41 @@ class AssocMemForCausalLM(AssocMemPreTrainedModel, GenerationMixin):
     def new_cache(self) -> AssocMemCache:
         return self.model.new_cache()
 
+    def resize_token_embeddings(self, new_num_tokens: int | None = None, pad_to_multiple_of: int | None = None,
+                                mean_resizing: bool = True) -> nn.Embedding:
+        """transformers' resize (embedding and tied head), then the vocabulary written into the
+        HybridConfig too, so that the saved folder loads with the new size."""
+        embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+        self.config.set_hybrid_field("vocab_size", embeddings.num_embeddings)
+        return embeddings
+
     def forward(self, input_ids: torch.LongTensor | None = None, attention_mask: torch.Tensor | None = None,
                 cache: AssocMemCache | None = None, inputs_embeds: torch.Tensor | None = None,
                 labels: torch.LongTensor | None = None, use_cache: bool | None = None,
                 output_hidden_states: bool | None = None, return_dict: bool | None = None,
-                logits_to_keep: int = 0, past_key_values: AssocMemCache | None = None):
+                logits_to_keep: int = 0, past_key_values: AssocMemCache | None = None,
+                num_items_in_batch: int | torch.Tensor | None = None, **kwargs):
         """Logits [B, T, vocab] (the last ``logits_to_keep`` positions if > 0); loss = next-token
         cross-entropy on ``labels`` (shifted inside; -100 ignored). The cache comes as ``cache``
         (transformers >= 5.24) or ``past_key_values`` (earlier releases); the output holds it under
-        the installed release's name (``output_cache(out)`` reads it either way)."""
+        the installed release's name (``output_cache(out)`` reads it either way).
+
+        num_items_in_batch (HF Trainer, gradient accumulation): the loss is the sum over this batch's
+        labelled tokens divided by it, so accumulated micro-batches average over all their tokens."""
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, cache=take_cache(cache, past_key_values),
-                         inputs_embeds=inputs_embeds, use_cache=use_cache, output_hidden_states=output_hidden_states)
+                         inputs_embeds=inputs_embeds, use_cache=use_cache, output_hidden_states=output_hidden_states,
+                         **kwargs)
         h = out.last_hidden_state
         logits = self.lm_head(h[:, -logits_to_keep:] if logits_to_keep else h)
         loss = None
         if labels is not None:
             flat = logits[:, :-1].flatten(0, 1)
             flat = flat if flat.dtype in (torch.float32, torch.float64) else flat.float()  # bf16/fp16 -> fp32
-            loss = F.cross_entropy(flat, labels[:, 1:].flatten(), ignore_index=-100)
+            if num_items_in_batch is None:
+                loss = F.cross_entropy(flat, labels[:, 1:].flatten(), ignore_index=-100)
+            else:
+                loss = F.cross_entropy(flat, labels[:, 1:].flatten(), ignore_index=-100, reduction="sum")
+                loss = loss / torch.as_tensor(num_items_in_batch, device=loss.device)
         result = CausalLMOutputWithPast(loss=loss, logits=logits, **{CACHE_FIELD: output_cache(out)},
                                         hidden_states=out.hidden_states)
         return result if return_dict is not False else result.to_tuple()

@@ -141,7 +141,7 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="attention_mask must be"):
         model(ids(2, 5), attention_mask=torch.ones(2, 3))
     with pytest.raises(TypeError, match="must be an AssocMemCache"):
-        model(ids(), cache=DynamicCache())
+        model(ids(), cache=[])
     other = tiny(seed=1)  # same architecture, another instance
     with pytest.raises(ValueError, match="from a different model"):
         model(ids(), cache=output_cache(other(ids())))
