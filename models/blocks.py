@@ -164,12 +164,12 @@ def run_mixer(mixer: MixerModule, x: torch.Tensor, *, state, mask: torch.Tensor 
             if state is None:
                 raise ValueError(f"attention_mask rows {rows.tolist()} have no real token and there is no cache; "
                                  "every sequence needs at least one unmasked token")
-            pieces.append((rows, _select(state, rows)))
+            pieces.append((rows, select_rows(state, rows)))
             continue
-        yg, sg = mixer(x[rows, a:a + n], state=None if state is None else _select(state, rows), return_state=True)
+        yg, sg = mixer(x[rows, a:a + n], state=None if state is None else select_rows(state, rows), return_state=True)
         y[rows, a:a + n] = yg
         pieces.append((rows, sg))
-    return y, (_merge(pieces, B) if return_state else None)
+    return y, (merge_rows(pieces, B) if return_state else None)
 
 
 def _runs(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -206,12 +206,13 @@ def state_tensors(state) -> list[torch.Tensor]:
     return out
 
 
-def _select(state, rows: torch.Tensor):
+def select_rows(state, rows: torch.Tensor):
+    """The rows ``rows`` of every tensor of a state (batch-first leaves)."""
     return map_state(lambda t: t.index_select(0, rows), state)
 
 
-def _merge(pieces, B: int):
-    """Stitch per-group states back into one batch of B rows."""
+def merge_rows(pieces, B: int):
+    """One state of B rows from per-group states: pieces = [(rows [n], state of n rows)]."""
     leaves = [state_tensors(s) for _, s in pieces]
     merged = []
     for i, leaf in enumerate(leaves[0]):

@@ -31,6 +31,7 @@ from assocmem.mixers.wiola import WiolaRMSNorm
 from .blocks import Block, build_norm
 from .cache import AssocMemCache
 from .config import HybridConfig
+from .packed import run_packed
 
 
 logger = logging.get_logger(__name__)
@@ -53,6 +54,9 @@ HF_KWARGS = {
     "position_ids": "accepted, not read: positions are the tokens' order (each row's real tokens from 0 under "
                     "left padding, continued by the cache)",
     "cache_position": "checked: must be past, ..., past + T - 1 (the tokens the cache has seen, then these)",
+    "cu_seqlens": "packed documents: input [1, total] split at cu_seqlens [N + 1] (FLA's varlen convention); "
+                  "each document runs from an empty state, blind to the others (models/packed.py); the loss "
+                  "skips the predictions across a boundary",
     "output_attentions": "refused when True: the recurrent mixers have no attention matrix (use "
                          "output_hidden_states or the probes)",
 }
@@ -286,6 +290,11 @@ class AssocMemModel(AssocMemPreTrainedModel):
         hidden_states (when asked): the residual stream entering the first block and after every
         block (before the final norm), L + 1 tensors [B, T, d]. Other HF keywords: see HF_KWARGS.
         """
+        cu_seqlens = kwargs.pop("cu_seqlens", None)
+        if cu_seqlens is not None:
+            return self._packed(input_ids, inputs_embeds, cu_seqlens, attention_mask=attention_mask,
+                                cache=take_cache(cache, past_key_values), use_cache=use_cache,
+                                output_hidden_states=output_hidden_states, return_dict=return_dict, **kwargs)
         h = self._embed(input_ids, inputs_embeds)
         B, T, _ = h.shape
         cache = take_cache(cache, past_key_values)
@@ -314,6 +323,29 @@ class AssocMemModel(AssocMemPreTrainedModel):
             cache.seen_tokens += T
         out = BaseModelOutputWithPast(last_hidden_state=self.norm(h), **{CACHE_FIELD: cache},
                                       hidden_states=None if hidden is None else tuple(hidden))
+        return out if return_dict is not False else out.to_tuple()
+
+    def _packed(self, input_ids, inputs_embeds, cu_seqlens, *, attention_mask, cache, use_cache,
+                output_hidden_states, return_dict, **kwargs):
+        """The forward of documents packed in one row (HF_KWARGS["cu_seqlens"]): the whole stack runs
+        on each group of equal-length documents, and the outputs go back to their places."""
+        refused = {"attention_mask": attention_mask is not None, "a cache": cache is not None or bool(use_cache),
+                   "output_hidden_states": bool(output_hidden_states)}
+        if any(refused.values()):
+            raise ValueError(f"cu_seqlens (packed documents) cannot be combined with "
+                             f"{[name for name, given in refused.items() if given]}: pad the documents into a "
+                             f"batch for those")
+        tokens = input_ids if input_ids is not None else inputs_embeds
+        if tokens is None:
+            raise ValueError("give exactly one of input_ids and inputs_embeds")
+        check_hf_kwargs(kwargs, past=0, T=tokens.shape[1])
+
+        def stack(group, _state):
+            ids, embeds = (group, None) if input_ids is not None else (None, group)
+            return self.forward(input_ids=ids, inputs_embeds=embeds, use_cache=False).last_hidden_state, None
+
+        h, _ = run_packed(stack, tokens, cu_seqlens, return_state=False)
+        out = BaseModelOutputWithPast(last_hidden_state=h, **{CACHE_FIELD: None})
         return out if return_dict is not False else out.to_tuple()
 
     def _embed(self, input_ids, inputs_embeds) -> torch.Tensor:
@@ -434,6 +466,9 @@ class AssocMemForCausalLM(AssocMemPreTrainedModel, GenerationMixin):
         h = out.last_hidden_state
         logits = self.lm_head(h[:, -logits_to_keep:] if logits_to_keep else h)
         loss = None
+        if labels is not None and kwargs.get("cu_seqlens") is not None:
+            labels = labels.clone()
+            labels[:, kwargs["cu_seqlens"][1:-1]] = -100  # a document's first token is not predicted from the last one
         if labels is not None:
             flat = logits[:, :-1].flatten(0, 1)
             flat = flat if flat.dtype in (torch.float32, torch.float64) else flat.float()  # bf16/fp16 -> fp32
