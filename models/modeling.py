@@ -109,24 +109,26 @@ def _derived(hc: HybridConfig, field: str):
     return _DERIVED[field](hc) if field in _DERIVED else getattr(hc, field)
 
 
-def merge_hf_fields(hybrid: dict, given: dict[str, Any]) -> dict:
-    """``hybrid`` (a HybridConfig dict) with the HF-named values of ``given`` written into it.
+def merge_hf_fields(hybrid: HybridConfig | dict, given: dict[str, Any]) -> HybridConfig:
+    """``hybrid`` with the HF-named values of ``given`` written into it, validated (once more only if
+    something was written).
 
     A value that the hybrid already fixes differently is refused, naming both; a value the hybrid
     leaves open (absent or None) is taken. ``AssocMemConfig(hidden_size=128, num_hidden_layers=4,
     vocab_size=1000)`` is ``hybrid={"d_model": 128, "n_layers": 4, "vocab_size": 1000}``.
     """
-    hc = HybridConfig.model_validate(hybrid)
-    out = dict(hybrid)
+    hc = hybrid if isinstance(hybrid, HybridConfig) else HybridConfig.model_validate(hybrid)
+    fixed = hybrid.model_dump(exclude_unset=True) if isinstance(hybrid, HybridConfig) else hybrid
+    changes = {}
     for hf_name, value in given.items():
         field = HF_FIELDS[hf_name]
         if value == _derived(hc, field):
             continue
-        if hybrid.get(field) is not None:
-            raise ValueError(f"{hf_name}={value!r} contradicts hybrid.{field}={hybrid[field]!r} (which gives "
+        if fixed.get(field) is not None:
+            raise ValueError(f"{hf_name}={value!r} contradicts hybrid.{field}={fixed[field]!r} (which gives "
                              f"{hf_name}={_derived(hc, field)!r}); give it once, as {hf_name} or as hybrid.{field}")
-        out[field] = value
-    return out
+        changes[field] = value
+    return HybridConfig.model_validate({**hc.model_dump(mode="json"), **changes}) if changes else hc
 
 
 class AssocMemConfig(PretrainedConfig):
@@ -151,9 +153,9 @@ class AssocMemConfig(PretrainedConfig):
     eos_token_id: int | list[int] | None = None
 
     def __post_init__(self, **kwargs):
-        hybrid = self.hybrid.model_dump(mode="json") if isinstance(self.hybrid, HybridConfig) else dict(self.hybrid or {})
         given = {name: kwargs.pop(name) if name in kwargs else getattr(self, name, None) for name in HF_FIELDS}
-        hc = HybridConfig.model_validate(merge_hf_fields(hybrid, {k: v for k, v in given.items() if v is not None}))
+        hybrid = self.hybrid if isinstance(self.hybrid, HybridConfig) else dict(self.hybrid or {})
+        hc = merge_hf_fields(hybrid, {k: v for k, v in given.items() if v is not None})
         self.hybrid = hc.model_dump(mode="json")
         self._keep(hc)
         super().__post_init__(**kwargs)

@@ -7,15 +7,29 @@ One checker for every op whose state is S ∈ R^{K×V} per head (hebbian and del
     initial_state: None or [B, H, K, V]; scale: None or a real number; chunk_size: None (the op's default) or a positive int.
 
 Errors name the op, the argument, the expected layout with the sizes read from q, and
-what was passed. Half inputs (bf16/fp16) compute in float32 (``compute_dtype``).
+what was passed. Half inputs (bf16/fp16) compute in float32 (``compute_dtype``), and the
+backward passes of the ops' autograd Functions run with autocast off (``autocast_off``): a
+``loss.backward()`` called inside ``torch.autocast`` would otherwise mix bf16 and float32 in place.
 """
 from __future__ import annotations
 
+import functools
 import numbers
 
 import torch
 
-__all__ = ["check_matrix_inputs", "check_chunk_size", "compute_dtype"]
+__all__ = ["check_matrix_inputs", "check_chunk_size", "compute_dtype", "autocast_off"]
+
+
+def autocast_off(backward):
+    """An autograd Function's ``backward(ctx, *grads)`` run with autocast off on the grads' device: it
+    computes in the dtypes its forward saved, whether or not the caller's backward sits in autocast."""
+    @functools.wraps(backward)
+    def run(ctx, *grads):
+        device = next((g.device.type for g in grads if isinstance(g, torch.Tensor)), "cpu")
+        with torch.autocast(device, enabled=False):
+            return backward(ctx, *grads)
+    return run
 
 
 def _check_tensor(fn: str, name: str, x, rank: int) -> None:

@@ -62,6 +62,7 @@ import torch.nn.functional as F
 
 from . import groups
 from .chunking import chunks
+from .contract import autocast_off
 from .inplace import records_grad, scaled
 
 __all__ = ["DeltaInputs", "chunk_scalar_decay", "chunk_key_decay", "chunk_low_rank", "default_chunk_size"]
@@ -152,6 +153,7 @@ class _UnitLowerSolve(torch.autograd.Function):
 
     @staticmethod
     @torch.autograd.function.once_differentiable
+    @autocast_off
     def backward(ctx, dX1, dX2):
         T, X1, X2 = ctx.saved_tensors
         dR1, dR2 = T.mT @ dX1, T.mT @ dX2  # (N, BH, C, M₁), (N, BH, C, M₂)
@@ -276,6 +278,7 @@ class _Carry(torch.autograd.Function):
 
     @staticmethod
     @torch.autograd.function.once_differentiable
+    @autocast_off
     def backward(ctx, d_starts, d_u, d_final):
         W, k, a, starts, u = ctx.saved_tensors
         N = u.shape[0]

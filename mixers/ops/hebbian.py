@@ -67,7 +67,7 @@ from torch.autograd.function import once_differentiable
 
 from . import groups
 from .chunking import chunks
-from .contract import check_chunk_size, check_matrix_inputs
+from .contract import autocast_off, check_chunk_size, check_matrix_inputs
 from .inplace import records_grad, scaled
 
 __all__ = ["recurrent_hebbian", "chunk_hebbian", "default_chunk_size"]
@@ -158,6 +158,7 @@ class _SegmentSums(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
+    @autocast_off
     def backward(ctx, grad):
         lower = grad.tril()  # (..., C, C)
         dg = lower.sum(-1) - lower.sum(-2)  # ∂/∂g_i of Σ_ij G_ij (g_i − g_j)
@@ -240,6 +241,7 @@ class _CarryStates(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
+    @autocast_off
     def backward(ctx, d_starts, d_final):
         starts, a = ctx.saved_tensors
         N = starts.shape[0]
