@@ -8,6 +8,7 @@ import sys
 import pytest
 import torch
 from transformers import DynamicCache
+from torch.testing import assert_close
 from transformers.loss.loss_utils import ForCausalLMLoss
 
 from assocmem.models import AssocMemConfig, AssocMemForCausalLM, HybridConfig, build_model, output_cache
@@ -70,7 +71,7 @@ def _loss_and_grads(model, x, mask):
     model.zero_grad()
     loss = model(x, attention_mask=mask, labels=x).loss
     loss.backward()
-    return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+    return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
 @pytest.mark.parametrize("reentrant", [True, False])
@@ -97,8 +98,24 @@ def test_gradient_checkpointing_gives_the_plain_gradients(reentrant):
         assert torch.equal(got[name], want[name]), name
     with pytest.raises(ValueError, match="cannot be continued under gradient checkpointing"):
         model(x, cache=model.new_cache())
+    hidden = model(x, attention_mask=mask, output_hidden_states=True).hidden_states
+    assert len(hidden) == len(model.model.layers) + 1
     model.eval()  # decoding is unaffected in eval mode
     assert output_cache(model(x)).get_seq_length() == 9
+
+
+def test_gradient_checkpointing_with_cross_layer_streams():
+    """Wiola's GCLA reads earlier residual streams: they are checkpoint inputs too, so their gradients
+    flow (reentrant mode would drop a keyword tensor's gradient)."""
+    torch.manual_seed(0)
+    model = build_model("wiola-tiny", dtype=torch.float64).train()
+    x = torch.randint(0, model.config.vocab_size, (2, 12), generator=torch.Generator().manual_seed(1))
+    want_loss, want = _loss_and_grads(model, x, None)
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
+    got_loss, got = _loss_and_grads(model, x, None)
+    assert torch.equal(got_loss, want_loss)
+    for name in want:
+        assert_close(got[name], want[name], atol=1e-13, rtol=0, msg=name)
 
 
 def test_empty_dynamic_cache_is_taken_as_a_fresh_one_and_a_filled_one_refused():
