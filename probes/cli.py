@@ -1,5 +1,6 @@
 """``assocmem probe graph-tracing | recall | causality | capacity | hybrid-experiment | sounding |
-grokking-experiment | leak-experiment | wiola-experiment | wiola-claims``.
+grokking-experiment | leak-experiment | wiola-experiment | wiola-claims | tts | niah | tts-experiment |
+niah-experiment``.
 
 Every probe writes <out>/<probe>.json and its PNG figures into the output folder
 named by ``--out`` and prints that folder when done. An existing non-empty
@@ -16,7 +17,8 @@ from pathlib import Path
 
 from assocmem.memories.deprecation import moved, names_in
 
-from . import experiment_hybrid, experiment_wiola, grokking, leak, sounding, wiola_claims
+from . import (eval_cli, experiment_hybrid, experiment_niah, experiment_tts, experiment_wiola, grokking, leak,
+               sounding, wiola_claims)
 from . import io as probe_io
 from .io import add_common_flags, write_json
 
@@ -25,7 +27,8 @@ def register(subparsers) -> None:
     """Add ``probe`` and its sub-subcommands (called by training/cli.py)."""
     p = subparsers.add_parser("probe", help="representation and memory probes (JSON + PNG)",
                               description="Probes: in-context graph tracing, MQAR recall, causality, capacity, "
-                                          "and the thesis' hybrid experiment.")
+                                          "the thesis' hybrid experiment, test-time scaling (tts) and needle in "
+                                          "a haystack (niah).")
     sub = p.add_subparsers(dest="probe", metavar="PROBE")
     sub.required = True
     _graph_parser(sub)
@@ -38,6 +41,9 @@ def register(subparsers) -> None:
     leak.register(sub)
     experiment_wiola.register(sub)
     wiola_claims.register(sub)
+    eval_cli.register(sub, _run)
+    experiment_tts.register(sub, _run)
+    experiment_niah.register(sub, _run)
 
 
 def _run(fn, args) -> int:

@@ -36,14 +36,12 @@ def load_model(ref: str):
 
     Returns (model in eval mode, {"model": where it came from, "trained": bool}).
     """
-    from transformers import AutoModelForCausalLM
-
     from assocmem.models import build_model, list_model_presets  # registers model_type "assocmem"
+    from assocmem.training.model_factory import load_pretrained, pretrained_folder
 
     path = Path(ref)
-    if path.is_dir():
-        folder = path / "final" if (path / "final" / "config.json").is_file() else path
-        return AutoModelForCausalLM.from_pretrained(folder).eval(), {"model": str(folder), "trained": True}
+    if path.is_dir():  # a clear error for a folder that holds no model or one that does not load
+        return load_pretrained(path), {"model": str(pretrained_folder(path)), "trained": True}
     if ref in list_model_presets():
         return build_model(ref).eval(), {"model": ref, "trained": False}
     raise ValueError(f"model {ref!r}: not a folder and not a model preset; presets: {list_model_presets()}")

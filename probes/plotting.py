@@ -1,10 +1,14 @@
 """Matplotlib figures for the probes (PNG files, Agg backend, no display needed).
 
-Two kinds of figure:
+Three kinds of figure:
 - PCA panels: node coordinates in PC1-PC2 drawn with the graph's edges
   (Park et al. 2025, Fig. 1 style), a grid of panels (rows x columns).
-- Curve panels: one or more axes, each with named series y(x); log x by default
-  (energy/accuracy against context length; Zoology's recall-vs-state figure).
+- Curve panels: one or more axes, each with named series y(x) and optional
+  shaded intervals; log x by default (energy/accuracy against context length;
+  Zoology's recall-vs-state figure; accuracy against k samples).
+- Heat maps: a value per (row, column) cell with the numbers written in, an
+  optional vertical marker between columns (NIAH: accuracy over depth ×
+  context length with the training length marked).
 """
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
+import matplotlib.ticker  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import networkx as nx  # noqa: E402
 import numpy as np  # noqa: E402
@@ -39,6 +44,8 @@ class CurvePanel:
     logy: bool = False
     hline: float | None = None  # e.g. chance level, drawn dashed
     hline_label: str = ""
+    bands: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)  # label -> (low, high)
+    logx_base: int = 10
 
 
 def _draw_pca(ax, panel: PCAPanel, graph: nx.Graph) -> None:
@@ -84,10 +91,18 @@ def save_curve_panels(path: str | Path, panels: list[CurvePanel], suptitle: str 
     fig, axes = plt.subplots(nrows, ncols, figsize=(4.0 * ncols, 3.2 * nrows), squeeze=False)
     for ax, panel in zip(axes.flat, panels):
         for label, (x, y) in panel.series.items():
-            ax.plot(x, y, marker="o", ms=3, lw=1.2, label=label)
+            line, = ax.plot(x, y, marker="o", ms=3, lw=1.2, label=label)
+            if label in panel.bands:
+                low, high = panel.bands[label]
+                ax.fill_between(x, low, high, color=line.get_color(), alpha=0.2, lw=0)
         if panel.hline is not None:
             ax.axhline(panel.hline, ls="--", color="0.5", lw=0.8, label=panel.hline_label or None)
-        ax.set_xscale("log" if panel.logx else "linear")
+        if panel.logx:
+            ax.set_xscale("log", base=panel.logx_base)
+            if panel.logx_base != 10:  # plain numbers (1, 2, 4, ...) rather than powers
+                ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        else:
+            ax.set_xscale("linear")
         ax.set_yscale("log" if panel.logy else "linear")
         ax.set_title(panel.title, fontsize=9)
         ax.set_xlabel(panel.xlabel)
@@ -99,6 +114,32 @@ def save_curve_panels(path: str | Path, panels: list[CurvePanel], suptitle: str 
         ax.axis("off")
     if suptitle:
         fig.suptitle(suptitle, fontsize=10)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def save_heatmap(path: str | Path, values: np.ndarray, *, rows: list[str], columns: list[str], title: str,
+                 xlabel: str, ylabel: str, marker_after: float | None = None, marker_label: str = "",
+                 vmin: float = 0.0, vmax: float = 1.0) -> Path:
+    """Write a heat map of ``values`` [len(rows), len(columns)] with each cell's value written in;
+    ``marker_after`` (a fractional column index) draws a dashed vertical line there."""
+    data = np.asarray(values, dtype=float)
+    if data.shape != (len(rows), len(columns)):
+        raise ValueError(f"values has shape {data.shape}, expected ({len(rows)}, {len(columns)})")
+    fig, ax = plt.subplots(figsize=(1.0 + 0.8 * len(columns), 1.0 + 0.5 * len(rows)))
+    image = ax.imshow(data, cmap="RdYlGn", vmin=vmin, vmax=vmax, aspect="auto", origin="upper")
+    for (r, c), v in np.ndenumerate(data):
+        ax.text(c, r, f"{v:.2f}", ha="center", va="center", fontsize=7)
+    ax.set_xticks(range(len(columns)), columns, fontsize=7)
+    ax.set_yticks(range(len(rows)), rows, fontsize=7)
+    if marker_after is not None:
+        ax.axvline(marker_after, color="k", ls="--", lw=1.2, label=marker_label or None)
+        if marker_label:
+            ax.legend(fontsize=6, loc="upper right")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=9)
+    fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
     fig.tight_layout()
     return _save(fig, path)
 

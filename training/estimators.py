@@ -159,22 +159,35 @@ def weighted_vote_first(answers: Sequence[Hashable | None], weights: Sequence[fl
 def weighted_vote_expected(answers: Sequence[Hashable | None], weights: Sequence[float], correct: Sequence[bool],
                            k: int, *, max_subsets: int = 5000, seed: int = 0) -> tuple[float, bool]:
     """(E[the weighted vote of a random k-subset is correct], exact?): every subset when there are at
-    most ``max_subsets``, else the mean over ``max_subsets`` uniform random subsets."""
+    most ``max_subsets``, else the mean over ``max_subsets`` uniform random subsets.
+
+    Vectorised: with X [S, n] the subsets' indicator rows and M [n, G] each sample's weight in its
+    answer's column, X M [S, G] holds every subset's totals. A tie between totals (measure zero for
+    continuous weights) goes to the answer that appears first in the whole sample list.
+    """
     n = len(answers)
     _check_k(n, k)
-    is_correct = correct_of(answers, correct)
+    flags = correct_of(answers, correct)
+    groups = [a for a in flags if a is not None]
+    if not groups:
+        return 0.0, True
+    column = {a: j for j, a in enumerate(groups)}
+    totals = np.zeros((n, len(groups)))                                          # M [n, G]
+    for i, (a, w) in enumerate(zip(answers, weights)):
+        if a is not None:
+            totals[i, column[a]] = float(w)
     exact = comb(n, k) <= max_subsets
     if exact:
-        subsets = itertools.combinations(range(n), k)
+        subsets = np.array(list(itertools.combinations(range(n), k)), dtype=np.int64)      # [S, k]
     else:
-        rng = np.random.default_rng(seed)
-        subsets = (np.sort(rng.choice(n, size=k, replace=False)) for _ in range(max_subsets))
-    hits, count = 0, 0
-    for subset in subsets:
-        winner = weighted_vote([answers[i] for i in subset], [weights[i] for i in subset])
-        hits += winner is not None and is_correct[winner]
-        count += 1
-    return hits / count, exact
+        subsets = np.random.default_rng(seed).random((max_subsets, n)).argsort(axis=1)[:, :k]
+    member = np.zeros((len(subsets), n))
+    np.put_along_axis(member, subsets, 1.0, axis=1)                              # X [S, n]
+    voted = member @ (totals > 0).astype(float)                                  # [S, G] voters per answer
+    winner = (member @ totals).argmax(axis=1)                                    # [S]
+    has_answer = voted.sum(axis=1) > 0
+    good = np.array([flags[a] for a in groups])
+    return float(np.mean(good[winner] & has_answer)), exact
 
 
 # ---------------------------------------------------------------- intervals

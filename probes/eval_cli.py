@@ -1,0 +1,178 @@
+"""``assocmem probe tts`` and ``assocmem probe niah``: sampling-based evaluation after training.
+
+Where the problems come from (``tts``), in order:
+  --problems-file FILE   GSM8K-style records (a question field, an answer ending in '#### <number>'),
+                         tokenized with --tokenizer (default: the byte tokenizer)
+  --task NAME            a verifiable task (chain_sum, graph_path, modular, needle) with --task-param k=v
+  (neither)              the task a run folder was trained on (its config.yaml): held-out problems
+                         (``modular``: Nanda's test split; the others: drawn from data.eval_seed)
+``niah`` probes a run trained on ``data.kind: needle`` on its own layout (training length = its
+data.seq_len), a ``needle`` layout given with --task-param, or a local text haystack (--text).
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import yaml
+
+from . import io as probe_io
+from .io import add_common_flags, write_json
+
+
+def register(sub, run) -> None:
+    """Add the ``tts`` and ``niah`` probe subcommands; ``run(fn, args)`` reports errors (probes/cli.py)."""
+    _tts_parser(sub, run)
+    _niah_parser(sub, run)
+
+
+def _params(items: list[str]) -> dict:
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise ValueError(f"--task-param expects key=value (e.g. num_digits=8), got {item!r}")
+        key, raw = item.split("=", 1)
+        out[key.strip()] = yaml.safe_load(raw)
+    return out
+
+
+def _run_data(model_ref: str):
+    """The ``data`` section of the run folder ``model_ref`` (None when it is not a run folder)."""
+    from assocmem.training.config import load_config
+
+    config = Path(model_ref) / "config.yaml"
+    return load_config(config).data if config.is_file() else None
+
+
+def _check_vocab(model, vocab_size: int) -> None:
+    have = int(model.config.vocab_size)
+    if vocab_size > have:
+        raise ValueError(f"the task uses {vocab_size} token ids but the model's vocabulary has {have}")
+
+
+# ------------------------------------------------------------------ tts
+def _tts_parser(sub, run) -> None:
+    t = sub.add_parser("tts", help="test-time scaling: pass@k, maj@k, best-of-N and weighted vote against k",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    t.add_argument("model", help="saved model folder or run folder (a run folder also names its task)")
+    t.add_argument("--task", help="a verifiable task: chain_sum, graph_path, modular, needle")
+    t.add_argument("--task-param", action="append", default=[], metavar="KEY=VALUE", help="task parameter (repeatable)")
+    t.add_argument("--problems-file", help="local GSM8K-style .jsonl/.json/.parquet file")
+    t.add_argument("--tokenizer", default="bytes", help="for --problems-file: 'bytes' or a local HF tokenizer folder")
+    t.add_argument("--prompt-field", default="question", help="for --problems-file (default question)")
+    t.add_argument("--answer-field", default="answer", help="for --problems-file (default answer)")
+    t.add_argument("--prompt-template", default="{prompt}", help="for --problems-file, e.g. 'Q: {prompt}\\nA:'")
+    t.add_argument("--num-problems", type=int, default=100, help="problems evaluated (default 100)")
+    t.add_argument("--problem-seed", type=int, help="seed of the problems (default: the run's data.eval_seed, or 1)")
+    t.add_argument("--samples", type=int, default=16, help="n, completions per problem (default 16)")
+    t.add_argument("--ks", type=int, nargs="+", help="k values (default 1, 2, 4, ... n)")
+    t.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1; 0 = greedy)")
+    t.add_argument("--top-p", type=float, default=1.0, help="nucleus mass (default 1 = off)")
+    t.add_argument("--max-new-tokens", type=int, help="longest response (default: the task's)")
+    t.add_argument("--batch-size", type=int, default=128, help="sequences per generate() call (default 128)")
+    t.add_argument("--rule", default="first", choices=["first", "last", "strict"],
+                   help="which candidate answer counts: first, last, or strict (Nautile: >1 distinct = wrong)")
+    t.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples of the problems (default 1000)")
+    add_common_flags(t)
+    t.set_defaults(func=lambda a: run(_tts, a))
+
+
+def _tts_problems(args, model):
+    """(task, problems, description) for the tts command (see the module docstring)."""
+    from assocmem.training.text_files import load_tokenizer
+    from assocmem.training.verifiable import Modular, TextAnswers, VerifiableTask, get_task
+
+    n = args.num_problems
+    if args.problems_file:
+        task = TextAnswers(args.problems_file, tokenizer=load_tokenizer(args.tokenizer), prompt_field=args.prompt_field,
+                           answer_field=args.answer_field, prompt_template=args.prompt_template,
+                           max_new_tokens=args.max_new_tokens or 256)
+        return task, task.problems(min(n, len(task.problems()))), {"problems_file": args.problems_file}
+    if args.task:
+        task = get_task(args.task, **_params(args.task_param))
+        seed = 1 if args.problem_seed is None else args.problem_seed
+        return task, task.problems(n, seed=seed), {"task": args.task, **task.model_dump(), "problem_seed": seed}
+    data = _run_data(args.model)
+    if data is None:
+        raise ValueError(f"{args.model} is not a run folder (no config.yaml): name the problems with --task or "
+                         f"--problems-file")
+    if not isinstance(data, VerifiableTask):
+        raise ValueError(f"the run was trained on data.kind={data.kind!r}, which has no checker; give --task "
+                         f"(chain_sum, graph_path, modular, needle) or --problems-file")
+    if isinstance(data, Modular):
+        return data, data.split(data.seed)[1][:n], {"task": "modular", **data.model_dump(), "split": "test"}
+    seed = data.eval_seed if args.problem_seed is None else args.problem_seed
+    return data, data.problems(n, seed=seed), {"task": data.kind, **data.model_dump(), "problem_seed": seed}
+
+
+def _tts(args) -> Path:
+    from assocmem.training.generation import SamplingSettings
+
+    from .test_time_scaling import run_tts, save_samples, save_tts_figure
+
+    if args.ks and max(args.ks) > args.samples:
+        raise ValueError(f"--ks {max(args.ks)} > --samples {args.samples}: k cannot exceed the samples per problem")
+    model, info = probe_io.load_model(args.model)
+    task, problems, where = _tts_problems(args, model)
+    _check_vocab(model, task.vocab_size)
+    out = probe_io.prepare_out(args.out, args.overwrite)
+    settings = SamplingSettings(num_samples=args.samples, temperature=args.temperature, top_p=args.top_p,
+                                max_new_tokens=args.max_new_tokens or task.max_new_tokens,
+                                batch_size=args.batch_size, seed=args.seed)
+    report = run_tts(model, task, problems, settings, ks=args.ks, rule=args.rule, num_resamples=args.bootstrap)
+    save_samples(report, out / "samples.jsonl")
+    save_tts_figure(report, out / "tts.png", title=f"{Path(args.model).name}: {where.get('task', 'problems file')}")
+    write_json(out, "tts", {**info, "problems": where, **{k: v for k, v in report.items() if k != "samples"}})
+    return out
+
+
+# ------------------------------------------------------------------ niah
+def _niah_parser(sub, run) -> None:
+    n = sub.add_parser("niah", help="needle in a haystack: accuracy over context length × depth (heat map)",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    n.add_argument("model", help="saved model folder or run folder")
+    n.add_argument("--text", help="a local text file as the haystack (instead of random ids)")
+    n.add_argument("--tokenizer", default="bytes", help="for --text: 'bytes' or a local HF tokenizer folder")
+    n.add_argument("--task-param", action="append", default=[], metavar="KEY=VALUE",
+                   help="needle layout parameters (num_needles, num_filler, num_keys, num_values)")
+    n.add_argument("--lengths", type=int, nargs="+", default=[128, 256, 512, 1024, 2048],
+                   help="context lengths (default 128 256 512 1024 2048)")
+    n.add_argument("--depths", type=float, nargs="+", default=[0, 25, 50, 75, 100],
+                   help="needle depths in %% of the haystack (default 0 25 50 75 100)")
+    n.add_argument("--trials", type=int, default=16, help="cases per cell (default 16)")
+    n.add_argument("--batch-size", type=int, default=16, help="cases per forward (default 16)")
+    n.add_argument("--train-length", type=int, help="training length to mark (default: the run's data.seq_len)")
+    add_common_flags(n)
+    n.set_defaults(func=lambda a: run(_niah, a))
+
+
+def _niah_source(args):
+    from assocmem.training.text_files import load_tokenizer
+    from assocmem.training.verifiable import Needle, get_task
+
+    from .niah import TextNeedle
+
+    data = _run_data(args.model)
+    train_length = args.train_length or (getattr(data, "seq_len", None) if data is not None else None)
+    if args.text:
+        return TextNeedle(args.text, load_tokenizer(args.tokenizer)), train_length
+    if isinstance(data, Needle) and not args.task_param:
+        return data, train_length
+    return get_task("needle", **_params(args.task_param)), train_length
+
+
+def _niah(args) -> Path:
+    from .niah import niah_grid, save_niah_figure
+
+    bad = [d for d in args.depths if not 0 <= d <= 100]
+    if bad:
+        raise ValueError(f"--depths are percentages in [0, 100], got {bad}")
+    model, info = probe_io.load_model(args.model)
+    source, train_length = _niah_source(args)
+    _check_vocab(model, getattr(source, "vocab_size", 0))
+    out = probe_io.prepare_out(args.out, args.overwrite)
+    report = niah_grid(model, source, lengths=args.lengths, depths=[d / 100 for d in args.depths], trials=args.trials,
+                       seed=args.seed, batch_size=args.batch_size, train_length=train_length)
+    save_niah_figure(report, out / "niah.png", title=f"{Path(args.model).name}: needle retrieval")
+    write_json(out, "niah", {**info, "haystack": "text" if args.text else "random ids", **report})
+    return out

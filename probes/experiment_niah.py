@@ -1,0 +1,192 @@
+"""The thesis' long-context experiment at toy scale (seed thesis §4.2, Figs 4.9 and 4.11): needle
+retrieval beyond the training length.
+
+The thesis reports, for distilled hybrids, "a sudden dropoff in quality after its training length"
+for any model with attention and a gradual decline without a cliff for pure Gated DeltaNet. Here
+three 2-layer d = 64 models (attention×2, GDN×2, and the 50 % hybrid GDN + attention) are trained on single-needle ``needle`` problems of length L = 256 (Kamradt's setting: one needle) and probed by ``niah_grid`` at
+lengths up to 2048 and needle depths 0–100 %. Per model: accuracy per cell (mean over seeds),
+and the mean within and beyond the training length, with the range over seeds.
+
+    assocmem probe niah-experiment --out results/niah --seeds 0 1 2
+    assocmem probe niah-experiment --out /tmp/niah --quick          # a smoke run (minutes)
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from .experiments import check_result_path, spread, train_variant, write_record
+from .io import add_common_flags, prepare_out
+
+
+class NIAHExperimentConfig(BaseModel):
+    """Sizes and budgets of the experiment."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    models: dict[str, str] = Field({"attn×2": "attn,attn", "gdn+attn": "gdn,attn", "gdn×2": "gdn,gdn"},
+                                   description="label -> layer pattern")
+    d_model: int = Field(64, gt=0, description="residual width")
+    head_dim: int = Field(16, gt=0, description="head width of every mixer")
+    mlp_ratio: float = Field(2.0, ge=0, description="SwiGLU width / d_model")
+    train_length: int = Field(256, gt=0, description="L of the training problems")
+    num_needles: int = Field(1, ge=1, description="needles per haystack (one is queried; 1 = Kamradt's NIAH)")
+    num_filler: int = Field(64, ge=1, description="filler ids")
+    num_keys: int = Field(32, ge=1, description="key ids")
+    num_values: int = Field(32, ge=2, description="value ids (chance = 1 / num_values)")
+    num_train: int = Field(20000, gt=0, description="training problems")
+    steps: int = Field(800, gt=0, description="optimizer steps per model")
+    batch_size: int = Field(32, gt=0, description="sequences per step")
+    lr: float = Field(3e-3, gt=0, description="peak learning rate")
+    lengths: list[int] = Field([128, 256, 512, 1024, 2048], description="probed context lengths")
+    depths: list[float] = Field([0.0, 0.25, 0.5, 0.75, 1.0], description="probed needle depths")
+    trials: int = Field(32, gt=0, description="cases per cell")
+    threads: int | None = Field(1, gt=0, description="torch threads")
+
+    @classmethod
+    def quick(cls) -> "NIAHExperimentConfig":
+        return cls(train_length=64, num_train=512, steps=40, batch_size=16, lengths=[32, 64, 128], trials=4,
+                   models={"attn×2": "attn,attn", "gdn×2": "gdn,gdn"})
+
+
+def run_seed(cfg: NIAHExperimentConfig, seed: int, out: Path) -> dict:
+    from assocmem.training.verifiable import Needle
+
+    from .niah import niah_grid, save_niah_figure
+
+    layout = {"num_needles": cfg.num_needles, "num_filler": cfg.num_filler, "num_keys": cfg.num_keys,
+              "num_values": cfg.num_values}
+    task = Needle(seq_len=cfg.train_length, **layout)
+    data = {"kind": "needle", "seq_len": cfg.train_length, **layout, "num_train": cfg.num_train, "num_eval": 256,
+            "seed": seed, "eval_seed": 10_000 + seed}
+    results = {}
+    for label, layers in cfg.models.items():
+        hybrid = {"d_model": cfg.d_model, "vocab_size": task.vocab_size, "layers": layers, "head_dim": cfg.head_dim,
+                  "mlp_ratio": cfg.mlp_ratio}
+        model, seconds, summary = train_variant(out / "runs", label, hybrid, data, steps=cfg.steps,
+                                                batch_size=cfg.batch_size, lr=cfg.lr, seed=seed, threads=cfg.threads)
+        report = niah_grid(model, task, lengths=cfg.lengths, depths=cfg.depths, trials=cfg.trials, seed=20_000 + seed,
+                           train_length=cfg.train_length)
+        folder = out / "models" / label
+        folder.mkdir(parents=True, exist_ok=True)
+        save_niah_figure(report, folder / "niah.png", title=f"{label}, seed {seed}")
+        (folder / "niah.json").write_text(json.dumps(report, indent=2))
+        results[label] = {"layers": layers, "train_seconds": seconds, "train_eval": summary["eval"], **report}
+    return results
+
+
+def summarize(per_seed: dict, cfg: NIAHExperimentConfig) -> dict:
+    out = {}
+    for label in cfg.models:
+        runs = [per_seed[s][label] for s in per_seed]
+        grids = np.array([r["accuracy"] for r in runs])                     # [seeds, depths, lengths]
+        out[label] = {"accuracy_mean": grids.mean(0).tolist(),
+                      "by_length": [spread(grids[:, :, j].mean(1)) for j in range(len(cfg.lengths))],
+                      "within_train_length": spread(r["mean_within_train_length"] for r in runs),
+                      "beyond_train_length": spread(r["mean_beyond_train_length"] for r in runs),
+                      "train_eval_accuracy": spread(r["train_eval"]["accuracy"] for r in runs)}
+    return out
+
+
+def markdown_table(summary: dict, cfg: NIAHExperimentConfig) -> str:
+    head = "| model | " + " | ".join(f"L={n}" for n in cfg.lengths) + " | within L≤{0} | beyond |".format(cfg.train_length)
+    lines = [head, "|" + "---|" * (len(cfg.lengths) + 3)]
+    for label, s in summary.items():
+        cells = [f"{c['mean']:.2f} [{c['min']:.2f}–{c['max']:.2f}]" for c in s["by_length"]]
+        lines.append(f"| {label} | " + " | ".join(cells) + f" | {s['within_train_length']['mean']:.2f} | "
+                     f"{s['beyond_train_length']['mean']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def save_figures(summary: dict, cfg: NIAHExperimentConfig, out: Path) -> list[Path]:
+    from .niah import save_niah_figure
+    from .plotting import CurvePanel, save_curve_panels
+
+    paths = []
+    for label, s in summary.items():
+        report = {"lengths": cfg.lengths, "depths": cfg.depths, "trials": cfg.trials, "accuracy": s["accuracy_mean"],
+                  "chance": 1 / cfg.num_values, "train_length": cfg.train_length, "flags": {}}
+        paths.append(save_niah_figure(report, out / f"niah_{label}.png", title=f"{label} (mean over seeds)"))
+    panel = CurvePanel(f"needle retrieval against context length (trained at {cfg.train_length})", "context length",
+                       "accuracy (mean over depths)",
+                       {label: (cfg.lengths, [c["mean"] for c in s["by_length"]]) for label, s in summary.items()},
+                       bands={label: ([c["min"] for c in s["by_length"]], [c["max"] for c in s["by_length"]])
+                              for label, s in summary.items()},
+                       logx_base=2, hline=1 / cfg.num_values, hline_label="chance")
+    paths.append(save_curve_panels(out / "niah_experiment.png", [panel]))
+    return paths
+
+
+def seed_metrics(per_seed: dict, cfg: NIAHExperimentConfig) -> dict[int, dict[str, float]]:
+    """seed -> "<model> <metric>" -> value: the flat numbers of the result record."""
+    out = {}
+    for seed, results in per_seed.items():
+        row = {}
+        for label, r in results.items():
+            grid = np.array(r["accuracy"])
+            row.update({f"{label} within L<={cfg.train_length}": r["mean_within_train_length"],
+                        f"{label} beyond": r["mean_beyond_train_length"],
+                        **{f"{label} L={n}": float(grid[:, j].mean()) for j, n in enumerate(cfg.lengths)},
+                        f"{label} train minutes": r["train_seconds"] / 60})
+        out[seed] = row
+    return out
+
+
+def run_experiment(cfg: NIAHExperimentConfig, seeds: list[int], out: str | Path) -> dict:
+    """Every seed into ``out/seed_<s>/``, then niah_experiment.{json,md,png} and a heat map per model."""
+    import torch
+
+    from assocmem.training.results import current_versions
+
+    out = Path(out)
+    threads = torch.get_num_threads()
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    try:
+        per_seed = {s: run_seed(cfg, s, out / f"seed_{s}") for s in seeds}
+    finally:
+        torch.set_num_threads(threads)
+    summary = summarize(per_seed, cfg)
+    result = {"experiment": "niah", "config": cfg.model_dump(), "seeds": seeds,
+              "versions": current_versions().model_dump(), "per_seed": {str(s): r for s, r in per_seed.items()},
+              "summary": summary}
+    (out / "niah_experiment.json").write_text(json.dumps(result, indent=2))
+    (out / "niah_experiment.md").write_text(markdown_table(summary, cfg))
+    save_figures(summary, cfg, out)
+    return {**result, "per_seed_raw": per_seed}
+
+
+def register(sub, run) -> None:
+    p = sub.add_parser("niah-experiment", help="the thesis' long-context experiment: attention, GDN and a 50 %% "
+                       "hybrid trained at L=256 on needles, probed to 2048", description=__doc__)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds (default 0)")
+    p.add_argument("--quick", action="store_true", help="a smoke-sized run (a few minutes)")
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: the config's, 1)")
+    p.add_argument("--result", default=None, metavar="PATH",
+                   help="also write the result record (training/results.py) to PATH (refused if it exists, "
+                        "unless --overwrite)")
+    add_common_flags(p)
+    p.set_defaults(func=lambda a: run(_cli, a))
+
+
+def _cli(args) -> Path:
+    check_result_path(args)
+    out = prepare_out(args.out, args.overwrite)
+    cfg = NIAHExperimentConfig.quick() if args.quick else NIAHExperimentConfig()
+    if args.threads:
+        cfg = cfg.model_copy(update={"threads": args.threads})
+    result = run_experiment(cfg, args.seeds, out)
+    print(markdown_table(result["summary"], cfg), end="")
+    if args.result:
+        argv = ["probe", "niah-experiment", *(["--quick"] if args.quick else []),
+                *(["--threads", str(args.threads)] if args.threads else []), "--seeds", *map(str, args.seeds),
+                "--out", args.out, "--result", args.result]
+        write_record(args, argv, per_seed=seed_metrics(result["per_seed_raw"], cfg), extra={
+            "config": cfg.model_dump(), "accuracy_mean": {k: v["accuracy_mean"] for k, v in result["summary"].items()}},
+            description="the thesis' needle-in-a-haystack experiment (probes/experiment_niah.py): attention, "
+                        "GDN and a 50 % hybrid trained on needles at L=256, accuracy over context length x depth "
+                        "up to 2048")
+    return out

@@ -1,0 +1,144 @@
+"""Test-time scaling (thesis §3.5): sample n completions per problem, grade them with the task's
+checker, and report accuracy against the number k of samples used.
+
+    report = run_tts(model, task, problems, SamplingSettings(num_samples=32, temperature=1.0), ks=[1, 2, 4, 8, 16, 32])
+    save_tts_figure(report, "tts.png")
+
+Steps:
+  1. ``sample_completions`` draws n responses per prompt in batches through generate() with the
+     cache, with the log-probability of every response under the model (training/generation.py);
+  2. every response is graded under a scoring rule (first / last / strict; training/verifiable/base.py):
+     its answer, and whether the checker accepts it;
+  3. each metric of ``METRICS`` is computed per problem and per k (training/estimators.py), then
+     averaged over problems with a percentile bootstrap interval (problems resampled).
+
+The metrics (one table, ``METRICS``): pass@k (Chen et al. 2021, unbiased), maj@k over the first
+k samples (lm-evaluation-harness) and over random k-subsets (exact expectation), best-of-N@k with
+the mean token log-probability or the checker as the score (the checker makes it pass@k), and the
+vote weighted by exp(mean token log-probability). pass@1 is also given under every scoring rule,
+so the cost of Nautile's strict rule (more than one candidate answer is wrong) is visible.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Hashable, Sequence
+
+import numpy as np
+
+from assocmem.training.estimators import (best_of_n_expected, bootstrap_interval, maj_at_k_expected, maj_at_k_first,
+                                          pass_at_k, weighted_vote_expected, weighted_vote_first)
+from assocmem.training.generation import Completions, SamplingSettings, check_context, sample_completions
+from assocmem.training.verifiable import RULES, Checkable, Problem, score_response
+
+from .plotting import CurvePanel, save_curve_panels
+
+
+@dataclass
+class Graded:
+    """The n samples of one problem, graded."""
+
+    answers: list[Hashable | None]
+    correct: list[bool]
+    logprob_mean: list[float]
+
+    @property
+    def weights(self) -> list[float]:
+        """Vote weights: the geometric-mean token probability exp(mean log p) of each sample."""
+        return [float(np.exp(v)) for v in self.logprob_mean]
+
+
+Metric = Callable[[Graded, int], float]
+METRICS: dict[str, Metric] = {
+    "pass@k": lambda g, k: pass_at_k(len(g.correct), sum(g.correct), k),
+    "maj@k (first k)": lambda g, k: maj_at_k_first(g.answers, g.correct, k),
+    "maj@k (random k)": lambda g, k: maj_at_k_expected(g.answers, g.correct, k),
+    "best-of-N@k (mean log-prob)": lambda g, k: best_of_n_expected(g.logprob_mean, g.correct, k),
+    "best-of-N@k (checker)": lambda g, k: best_of_n_expected([float(c) for c in g.correct], g.correct, k),
+    "weighted vote@k (first k)": lambda g, k: weighted_vote_first(g.answers, g.weights, g.correct, k),
+    "weighted vote@k (random k)": lambda g, k: weighted_vote_expected(g.answers, g.weights, g.correct, k,
+                                                                      max_subsets=1000)[0],
+}
+PLOTTED = [m for m in METRICS if m != "best-of-N@k (checker)"]   # it is pass@k, drawn once
+
+
+def default_ks(n: int) -> list[int]:
+    """1, 2, 4, … up to n, and n itself."""
+    ks = [2 ** i for i in range(n.bit_length()) if 2 ** i <= n]
+    return ks if ks[-1] == n else ks + [n]
+
+
+def grade(task: Checkable, problems: Sequence[Problem], completions: Completions, rule: str) -> list[Graded]:
+    """Answer and correctness of every sample under ``rule``."""
+    graded = []
+    for i, problem in enumerate(problems):
+        scored = [score_response(task, problem, r, rule) for r in completions.responses[i]]
+        means = completions.logprob_mean[i] if completions.logprob_sum is not None else np.zeros(len(scored))
+        graded.append(Graded([a for a, _ in scored], [ok for _, ok in scored], [float(v) for v in means]))
+    return graded
+
+
+def curves(graded: Sequence[Graded], ks: Sequence[int], *, num_resamples: int = 1000, seed: int = 0) -> dict:
+    """Per metric: mean over problems and bootstrap interval at every k."""
+    out = {}
+    for name, metric in METRICS.items():
+        values = np.array([[metric(g, k) for k in ks] for g in graded])          # [P, K]
+        intervals = [bootstrap_interval(values[:, j], num_resamples=num_resamples, seed=seed) for j in range(len(ks))]
+        out[name] = {"k": list(ks), "mean": values.mean(0).tolist(), "low": [lo for lo, _ in intervals],
+                     "high": [hi for _, hi in intervals]}
+    return out
+
+
+def _check_ks(ks: Sequence[int], n: int) -> None:
+    bad = [k for k in ks if not 1 <= k <= n]
+    if bad:
+        raise ValueError(f"every k must be in 1..n = 1..{n} samples per problem; got {bad} (raise --samples or "
+                         f"drop those k)")
+
+
+def run_tts(model, task: Checkable, problems: Sequence[Problem], settings: SamplingSettings, *,
+            ks: Sequence[int] | None = None, rule: str = "first", num_resamples: int = 1000) -> dict:
+    """Sample, grade and summarise (see the module docstring); returns the JSON-able report with
+    ``samples`` (per problem) for ``save_samples``."""
+    n = settings.num_samples
+    ks = list(ks) if ks else default_ks(n)
+    _check_ks(ks, n)
+    if rule not in RULES:
+        raise ValueError(f"unknown scoring rule {rule!r}; choose one of {list(RULES)}")
+    longest = max(len(p.prompt) for p in problems) + settings.max_new_tokens
+    flags = check_context(model, longest, "the longest prompt + max_new_tokens")
+    completions = sample_completions(model, [p.prompt for p in problems], settings, eos_token_id=task.eos_id,
+                                     pad_token_id=task.pad_id, logprobs=True)
+    graded = grade(task, problems, completions, rule)
+    by_rule = {r: float(np.mean([np.mean(g.correct) for g in grade(task, problems, completions, r)])) for r in RULES}
+    return {
+        "settings": settings.model_dump(), "rule": rule, "num_problems": len(problems), "ks": ks, "flags": flags,
+        "pass@1 by rule": by_rule,
+        "finished": float(completions.finished.mean()),
+        "mean response tokens": float(completions.num_tokens.mean()),
+        "metrics": curves(graded, ks, num_resamples=num_resamples, seed=settings.seed),
+        "samples": [{"prompt": task.decode(p.prompt), "reference": task.decode(p.reference),
+                     "responses": [task.decode(r) for r in completions.responses[i]],
+                     "answers": [None if a is None else str(a) for a in g.answers], "correct": g.correct,
+                     "logprob_mean": g.logprob_mean}
+                    for i, (p, g) in enumerate(zip(problems, graded))],
+    }
+
+
+def save_samples(report: dict, path: str | Path) -> Path:
+    """One JSON line per problem: prompt, reference, responses, answers, correctness, scores."""
+    path = Path(path)
+    path.write_text("".join(json.dumps(s) + "\n" for s in report["samples"]))
+    return path
+
+
+def save_tts_figure(report: dict, path: str | Path, title: str = "") -> Path:
+    """Accuracy against k (log₂ axis), one curve per metric with its bootstrap band."""
+    metrics = report["metrics"]
+    label = {m: ("pass@k (= best-of-N, checker)" if m == "pass@k" else m) for m in PLOTTED}
+    panel = CurvePanel(title or f"{report['num_problems']} problems × n = {report['settings']['num_samples']} "
+                       f"(rule: {report['rule']})", "k samples", "accuracy",
+                       {label[m]: (metrics[m]["k"], metrics[m]["mean"]) for m in PLOTTED},
+                       bands={label[m]: (metrics[m]["low"], metrics[m]["high"]) for m in PLOTTED}, logx_base=2)
+    return save_curve_panels(path, [panel])

@@ -1,0 +1,69 @@
+"""lm-evaluation-harness runs a local task end to end on an assocmem model (the [eval] extra):
+its per-choice log-likelihoods equal a teacher-forced forward of ours, and so does its accuracy."""
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+lm_eval = pytest.importorskip("lm_eval", reason="lm-evaluation-harness is not installed (pip install 'assocmem[eval]')")
+
+from assocmem.models import HybridConfig, build_model  # noqa: E402
+from assocmem.probes.lm_eval_cli import main as lm_eval_main  # noqa: E402
+
+WORDS = ["[UNK]", "[EOS]", "what", "is", "two", "plus", "three", "four", "five", "six", "seven", "?"]
+DOCS = [{"question": "what is two plus two ?", "choices": ["four", "five", "six"], "answer": 0},
+        {"question": "what is three plus three ?", "choices": ["five", "six", "seven"], "answer": 1},
+        {"question": "what is two plus three ?", "choices": ["four", "five"], "answer": 1},
+        {"question": "what is three plus four ?", "choices": ["six", "seven"], "answer": 1}]
+
+
+def _tokenizer():
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    core = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="[UNK]"))
+    core.pre_tokenizer = pre_tokenizers.Whitespace()
+    return PreTrainedTokenizerFast(tokenizer_object=core, unk_token="[UNK]", eos_token="[EOS]")
+
+
+def _task(folder):
+    folder.mkdir()
+    (folder / "data.jsonl").write_text("".join(json.dumps(d) + "\n" for d in DOCS))
+    (folder / "tiny.yaml").write_text(
+        "task: assocmem_tiny\ndataset_path: json\n"
+        f"dataset_kwargs:\n  data_files:\n    test: {folder / 'data.jsonl'}\n"
+        "test_split: test\noutput_type: multiple_choice\n"
+        'doc_to_text: "{{question}}"\ndoc_to_choice: "{{choices}}"\ndoc_to_target: "{{answer}}"\n'
+        "metric_list:\n  - metric: acc\n")
+
+
+def _loglikelihood(model, tok, context, continuation):
+    ctx = tok.encode(context, add_special_tokens=False)
+    cont = tok.encode(continuation, add_special_tokens=False)
+    with torch.no_grad():
+        logp = F.log_softmax(model(input_ids=torch.tensor([ctx + cont])).logits[0].double(), dim=-1)
+    return sum(float(logp[len(ctx) - 1 + i, t]) for i, t in enumerate(cont))
+
+
+def test_a_local_task_end_to_end_through_the_wrapper(tmp_path):
+    torch.manual_seed(0)
+    model = build_model(HybridConfig(d_model=32, vocab_size=len(WORDS), layers="gdn,attn", num_heads=2, mlp_ratio=2))
+    tok = _tokenizer()
+    model.save_pretrained(tmp_path / "final")
+    tok.save_pretrained(tmp_path / "final")
+    _task(tmp_path / "tasks")
+    lm_eval_main(["run", "--model", "hf", "--model_args", f"pretrained={tmp_path / 'final'},backend=causal",
+                  "--tasks", "assocmem_tiny", "--include_path", str(tmp_path / "tasks"), "--device", "cpu",
+                  "--batch_size", "2", "--output_path", str(tmp_path / "out"), "--log_samples"])
+    results = json.loads(next((tmp_path / "out").rglob("results_*.json")).read_text())
+    samples = [json.loads(line) for line in next((tmp_path / "out").rglob("samples_assocmem_tiny_*.jsonl")).open()]
+    model.eval()
+    hits = []
+    for sample in sorted(samples, key=lambda s: s["doc_id"]):
+        doc = DOCS[sample["doc_id"]]
+        ours = [_loglikelihood(model, tok, doc["question"], " " + c) for c in doc["choices"]]
+        theirs = [float(r[0][0]) for r in sample["resps"]]
+        assert theirs == pytest.approx(ours, abs=2e-5)                     # float32 forward in lm-eval
+        hits.append(max(range(len(ours)), key=ours.__getitem__) == doc["answer"])
+    assert results["results"]["assocmem_tiny"]["acc,none"] == pytest.approx(sum(hits) / len(hits), abs=1e-12)
