@@ -25,7 +25,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q -c $(LOCK) torch
-	$(PIP) install -q -c $(LOCK) -e '.[dev]'
+	$(PIP) install -q -c $(LOCK) -e '.[dev,eval]'
 	$(PIP) install -q -c $(LOCK) --no-deps $(FLA)
 	touch $(STAMP)
 
@@ -43,7 +43,7 @@ test-latest:
 	rm -rf .venv-latest
 	$(PYTHON) -m venv .venv-latest
 	.venv-latest/bin/pip install -q '$(TORCH)'
-	.venv-latest/bin/pip install -q --upgrade -e '.[dev]'
+	.venv-latest/bin/pip install -q --upgrade -e '.[dev,eval]'
 	.venv-latest/bin/pip install -q --upgrade --no-deps $(FLA)
 	.venv-latest/bin/pip freeze --exclude-editable | grep -iE '^(torch|transformers|datasets|pydantic|fla-core)='
 	.venv-latest/bin/python $(PYTEST)
@@ -64,7 +64,7 @@ lock:
 	rm -rf .venv-lock
 	$(PYTHON) -m venv .venv-lock
 	.venv-lock/bin/pip install -q '$(TORCH)'
-	.venv-lock/bin/pip install -q -e '.[dev]'
+	.venv-lock/bin/pip install -q -e '.[dev,eval]'
 	.venv-lock/bin/pip install -q --no-deps $(FLA)
 	{ echo "# The locked environment of \`make setup\` (pip -c): every package at the version the suite"; \
 	  echo "# passed with. Regenerate with \`make lock\`, then run \`make test\`. Library users get the"; \

@@ -96,8 +96,8 @@ def markdown_table(summary: dict, cfg: NIAHExperimentConfig) -> str:
     lines = [head, "|" + "---|" * (len(cfg.lengths) + 3)]
     for label, s in summary.items():
         cells = [f"{c['mean']:.2f} [{c['min']:.2f}–{c['max']:.2f}]" for c in s["by_length"]]
-        lines.append(f"| {label} | " + " | ".join(cells) + f" | {s['within_train_length']['mean']:.2f} | "
-                     f"{s['beyond_train_length']['mean']:.2f} |")
+        within, beyond = (s[k]["mean"] if s[k] else float("nan") for k in ("within_train_length", "beyond_train_length"))
+        lines.append(f"| {label} | " + " | ".join(cells) + f" | {within:.2f} | {beyond:.2f} |")
     return "\n".join(lines) + "\n"
 
 

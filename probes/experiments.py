@@ -27,10 +27,13 @@ def train_variant(runs: Path, label: str, hybrid: dict, data: dict, *, steps: in
     return load_pretrained(runs / label), time.time() - start, summary
 
 
-def spread(values) -> dict:
-    """Mean, min and max over seeds."""
-    values = [float(v) for v in values]
-    return {"mean": sum(values) / len(values), "min": min(values), "max": max(values)}
+def spread(values) -> dict | None:
+    """Mean, min and max over the seeds that have a value (None when none has: e.g. no length
+    beyond the training length was probed)."""
+    kept = [float(v) for v in values if v is not None]
+    if not kept:
+        return None
+    return {"mean": sum(kept) / len(kept), "min": min(kept), "max": max(kept)}
 
 
 def check_result_path(args) -> None:
