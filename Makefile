@@ -18,16 +18,21 @@ TORCH  ?= torch==2.13.0
 FLA    := fla-core
 PYTEST := -m pytest -q -m "not slow" -p no:cacheprovider
 
-.PHONY: setup demo test test-slow test-latest test-oldest lock verify bench clean
+.PHONY: setup setup-eval demo test test-slow test-latest test-oldest lock verify bench clean
 
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q -c $(LOCK) torch
-	$(PIP) install -q -c $(LOCK) -e '.[dev,eval]'
+	$(PIP) install -q -c $(LOCK) -e '.[dev]'
 	$(PIP) install -q -c $(LOCK) --no-deps $(FLA)
 	touch $(STAMP)
+
+# The optional [eval] extra (lm-evaluation-harness with its hf backend, ~45 more packages), locked
+# like the rest; without it tests/probes/test_lm_eval.py skips with the reason.
+setup-eval: setup
+	$(PIP) install -q -c $(LOCK) -e '.[dev,eval]'
 
 demo: setup
 	$(VENV)/bin/assocmem demo

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-lm_eval = pytest.importorskip("lm_eval", reason="lm-evaluation-harness is not installed (pip install 'assocmem[eval]')")
+lm_eval = pytest.importorskip("lm_eval", reason="lm-evaluation-harness is not installed (make setup-eval, or pip install 'assocmem[eval]')")
 
 from assocmem.models import HybridConfig, build_model  # noqa: E402
 from assocmem.probes.lm_eval_cli import main as lm_eval_main  # noqa: E402
