@@ -203,3 +203,25 @@ register(Reproducible(
     + (Check("attn100/neighbour_mass", atol=0.01),),
     minutes_per_seed=2.0,
 ))
+
+_EVAL_SEEDS = (0, 1, 2)
+
+register(Reproducible(
+    name="tts-experiment",
+    description="test-time scaling at toy scale (probes/experiment_tts.py): GDN×4, GDN×3+attn, GDN×2+attn×2, "
+                "attn×4 trained on chain_sum for 600 steps; pass@k and maj@k on 100 held-out problems × 32 samples",
+    command=("probe", "tts-experiment", "--seeds", "{seeds}", "--out", "{out}", "--result", "{result}"),
+    seeds=_EVAL_SEEDS,
+    checks=tuple(Check(f"{model} {metric}", atol=0.03) for model in ("gdn×4", "gdn×3+attn", "gdn×2+attn×2", "attn×4")
+                 for metric in ("pass@1", "pass@32", "maj@32 random")),
+    minutes_per_seed=3.0))
+
+register(Reproducible(
+    name="niah-experiment",
+    description="needle in a haystack at toy scale (probes/experiment_niah.py): attn×2, GDN+attn, GDN×2 trained "
+                "at L=128 for 600 steps, probed at 64..1024 × depths 0..100 %",
+    command=("probe", "niah-experiment", "--seeds", "{seeds}", "--out", "{out}", "--result", "{result}"),
+    seeds=_EVAL_SEEDS,
+    checks=tuple(Check(f"{model} {metric}", atol=0.05) for model in ("attn×2", "gdn+attn", "gdn×2")
+                 for metric in ("within L<=128", "beyond", "L=1024")),
+    minutes_per_seed=3.5))
