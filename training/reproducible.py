@@ -225,3 +225,25 @@ register(Reproducible(
     checks=tuple(Check(f"{model} {metric}", atol=0.05) for model in ("attn×2", "gdn+attn", "gdn×2")
                  for metric in ("within L<=128", "beyond", "L=1024")),
     minutes_per_seed=3.5))
+
+register(Reproducible(
+    name="wiola-claims",
+    description="the Wiola paper's checkable numbers (eqs. 10, 19, 33, 38-41, parameter counts) recomputed on "
+                "the wiola-360m shape (meta device); ATM's FLOPs at the μ measured by wiola-experiment",
+    command=("probe", "wiola-claims", "--mu-from", "docs/results/wiola-experiment.json", "--seed", "{seeds}",
+             "--out", "{out}", "--result", "{result}"),
+    seeds=(0,),
+    checks=(Check("rmsnorm/eq10_printed_vs_central_differences", atol=1e-6),
+            Check("rmsnorm/eq10_corrected_vs_central_differences", atol=1e-7),
+            Check("srpe/score_spread_a_s_0", atol=1e-11),
+            Check("srpe/score_spread_a_s_0.1", atol=1e-6),
+            Check("kv_cache/eq38_arithmetic_bytes"),
+            Check("kv_cache/model_cache_bytes"),
+            Check("gqa_flops/gqa_measured"),
+            Check("gcla_overhead/causal_overhead_with_gate", atol=1e-9),
+            Check("atm_flops/measured/mu", atol=1e-12),
+            Check("atm_flops/measured/model_saving", atol=1e-9),
+            Check("atm_flops/paper_high/model_saving", atol=1e-9),
+            Check("parameters/parameters")),
+    minutes_per_seed=1.0,
+))
