@@ -12,7 +12,6 @@ assocmem model preset name (randomly initialised: for smoke tests only).
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from assocmem.memories.deprecation import moved, names_in
@@ -20,7 +19,7 @@ from assocmem.memories.deprecation import moved, names_in
 from . import (eval_cli, experiment_hybrid, experiment_niah, experiment_tts, experiment_wiola, grokking, leak,
                sounding, wiola_claims)
 from . import io as probe_io
-from .io import add_common_flags, write_json
+from .io import USER_ERRORS, add_common_flags, run_command, write_json
 
 
 def register(subparsers) -> None:
@@ -47,13 +46,7 @@ def register(subparsers) -> None:
 
 
 def _run(fn, args) -> int:
-    try:
-        out = fn(args)
-    except (FileExistsError, FileNotFoundError, ValueError, TypeError) as err:
-        print(f"assocmem probe {args.probe}: {err}", file=sys.stderr)
-        return 2
-    print(out)
-    return 0
+    return run_command(fn, args, USER_ERRORS + (TypeError,))  # TypeError: capacity's spec argument
 
 
 # ------------------------------------------------------------------ graph tracing

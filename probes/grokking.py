@@ -265,15 +265,9 @@ def register(sub) -> None:
 
 
 def _cli(args) -> int:
-    import sys
+    from .io import run_command
 
-    try:
-        out = run_cli(args)
-    except (FileExistsError, FileNotFoundError, ValueError) as err:
-        print(f"assocmem probe grokking-experiment: {err}", file=sys.stderr)
-        return 2
-    print(out)
-    return 0
+    return run_command(run_cli, args)
 
 
 def run_cli(args) -> Path:

@@ -4,13 +4,19 @@
     prepare_out(path, overwrite)   the output folder, refused if non-empty unless overwrite
     load_model(ref)            a causal LM from a saved folder / run folder or a model preset name
     write_json(out, name, data)    <out>/<name>.json
+    run_command(fn, args)      `assocmem probe NAME`: print fn's output folder (exit 0) or a user error (exit 2)
 """
 from __future__ import annotations
 
 import argparse
 import json
 import shutil
+import sys
 from pathlib import Path
+from typing import Callable
+
+# what a user's input raises (an existing --out, a missing file, a bad value; a ConfigError is a ValueError)
+USER_ERRORS: tuple[type[Exception], ...] = (FileExistsError, FileNotFoundError, ValueError)
 
 
 def add_common_flags(p: argparse.ArgumentParser) -> None:
@@ -52,3 +58,17 @@ def write_json(out: Path, name: str, data: dict) -> Path:
     path = out / f"{name}.json"
     path.write_text(json.dumps(data, indent=2))
     return path
+
+
+def run_command(fn: Callable[[argparse.Namespace], object], args: argparse.Namespace,
+                errors: tuple[type[Exception], ...] = USER_ERRORS) -> int:
+    """Run ``fn(args)`` for `assocmem probe <args.probe>`: print what it returns (the output folder)
+    and return 0, or print a user error (one of ``errors``) as "assocmem probe NAME: why" on stderr
+    and return 2. Any other exception is a bug and propagates with its traceback."""
+    try:
+        out = fn(args)
+    except errors as err:
+        print(f"assocmem probe {args.probe}: {err}", file=sys.stderr)
+        return 2
+    print(out)
+    return 0

@@ -149,17 +149,9 @@ def register(sub) -> None:
 
 
 def _cli(args) -> int:
-    import sys
+    from .io import run_command
 
-    from assocmem.training.config import ConfigError
-
-    try:
-        out = run_sounding(args)
-    except (ConfigError, FileExistsError, FileNotFoundError, ValueError) as err:
-        print(f"assocmem probe sounding: {err}", file=sys.stderr)
-        return 2
-    print(out)
-    return 0
+    return run_command(run_sounding, args)  # a ConfigError is a ValueError
 
 
 def _model_and_data(args):
