@@ -10,6 +10,10 @@ A mixer with ``cross_layer_streams`` = n > 0 (Wiola's GCLA) also gets the last n
 entering the blocks up to this one (``streams``, newest last: the model's embedding output X⁽⁰⁾,
 then each block's input X⁽ˡ⁾).
 
+The mixer is ``build_layer(spec, run=run_mixer)`` (mixers/parallel.py): a MixerSpec's module, or a
+ParallelSpec's branches side by side (heads split between mixers, outputs added), each branch's
+padding served by ``run_mixer``.
+
 Padding. A mixer module that masks padding itself (``masks_padding``, attention)
 gets the mask. One that does not (a recurrent state, parametric or SCA, has no
 notion of a padded token) is run by ``run_mixer`` on each row's real tokens only: rows are grouped by their run of real tokens [a, b) (left
@@ -29,6 +33,7 @@ import torch.nn.functional as F
 from assocmem.mixers.foh import FOHConfig, FourierOnlyAttention
 from assocmem.mixers.layer import MixerModule, build_mixer
 from assocmem.mixers.norm import RMSNorm
+from assocmem.mixers.parallel import ParallelSpec, build_layer
 from assocmem.mixers.spec import MixerSpec
 from assocmem.mixers.wiola import DSFF, DSFFOptions, WiolaRMSNorm
 
@@ -90,13 +95,14 @@ def build_norm(kind: str, d_model: int, eps: float) -> nn.Module:
 class Block(nn.Module):
     """Pre-norm residual block: mixer, then an optional MLP."""
 
-    def __init__(self, spec: MixerSpec, d_model: int, *, mlp_hidden: int, norm_eps: float,
-                 layer_idx: int, form: str = "auto", mlp_kind: str | DSFFOptions = "swiglu", norm: str = "rmsnorm",
+    def __init__(self, spec: MixerSpec | ParallelSpec, d_model: int, *, mlp_hidden: int, norm_eps: float,
+                 layer_idx: int, form: str | tuple[str, ...] = "auto", mlp_kind: str | DSFFOptions = "swiglu",
+                 norm: str = "rmsnorm",
                  steer: SteerConfig | None = None, foh: FOHConfig | None = None):
         super().__init__()
         self.layer_idx = layer_idx
         self.mixer_norm = build_norm(norm, d_model, norm_eps)
-        self.mixer = (build_mixer(spec, d_model, form=form, layer_idx=layer_idx) if foh is None else
+        self.mixer = (build_layer(spec, d_model, form=form, layer_idx=layer_idx, run=run_mixer) if foh is None else
                       FourierOnlyAttention(d_model, seq_len=foh.seq_len, mode=foh.mode, layer_idx=layer_idx))
         self.mlp = build_mlp(mlp_kind, mlp_hidden, d_model)
         self.mlp_norm = build_norm(norm, d_model, norm_eps) if self.mlp is not None else None

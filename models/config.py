@@ -11,6 +11,13 @@ aliases of ``assocmem.mixers`` ("attn", "gdn", "swa", "sca", "mamba2", ...).
 ``attention_layers`` then replaces the listed (0-indexed) layers by
 ``attention``.
 
+A parallel layer (thesis Fig. A.4) splits the heads of one layer between mixers:
+``par(gdn,attn)`` runs gdn on half of the heads and attention on the other half,
+``par(gdn*3,attn)`` gives gdn three shares of four (mixers/parallel.py). The heads
+split are the hybrid-wide ``num_heads`` (or d_model // ``head_dim``), else the first
+branch preset's; every branch keeps that head width. In a list, a ParallelSpec (or a
+dict with ``branches``) is a parallel layer given in full.
+
 Named layers take their LayerOptions from the preset, updated by the
 hybrid-wide ``num_heads``/``head_dim`` (the other is d_model // given) and then
 by ``overrides[name]`` (its ``attention:`` / ``sca:`` sub-dicts update the preset's
@@ -32,24 +39,26 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator,
 
 from assocmem.memories import NonParametric
 from assocmem.mixers import MixerSpec, get_preset
+from assocmem.mixers.parallel import ParallelSpec
 from assocmem.mixers.wiola import DSFFOptions
 
 from assocmem.mixers.foh import FOHConfig
 
 from .steer import SteerConfig
 
-LayerEntry = str | MixerSpec
+LayerEntry = str | MixerSpec | ParallelSpec
 
 
 class LayerPlan(NamedTuple):
     """Layer i of a hybrid, resolved."""
 
     name: str | None  # its name in the pattern (preset or alias), or its MixerSpec's name
-    spec: MixerSpec
-    form: str  # the requested form ('auto' or a form of the spec's class)
+    spec: MixerSpec | ParallelSpec
+    form: str | tuple[str, ...]  # the requested form ('auto' or a form of the spec's class); one per branch if parallel
     mlp: bool  # whether its block has an MLP (SwiGLU, ReLU or DSFF: HybridConfig.mlp_kind)
 
 _TOKEN = re.compile(r"^([A-Za-z_][A-Za-z0-9_\-]*)(?:\*(\d+))?$")
+_PAR = re.compile(r"^(par\([^()]*\))(?:\*(\d+))?$")
 
 
 class HybridConfig(BaseModel):
@@ -61,7 +70,8 @@ class HybridConfig(BaseModel):
     d_model: int = Field(256, gt=0, description="residual stream width")
     vocab_size: int = Field(32000, gt=0, description="number of token ids")
     layers: str | list[LayerEntry] = Field(
-        "attn", description="pattern string ('sca,sca,attn', 'gdn*3,attn') or list of names / MixerSpecs")
+        "attn", description="pattern string ('sca,sca,attn', 'gdn*3,attn', 'par(gdn,attn)*2') or list of names / "
+        "MixerSpecs / ParallelSpecs")
     n_layers: int | None = Field(None, gt=0, description="depth; the pattern is repeated to fill it "
                                  "(None = the pattern's own length)")
     attention_layers: list[int] | None = Field(
@@ -107,13 +117,13 @@ class HybridConfig(BaseModel):
     @classmethod
     def _coerce_layers(cls, value):
         if isinstance(value, list):
-            return [MixerSpec.model_validate(v) if isinstance(v, dict) else v for v in value]
+            return [_entry_from_dict(v) if isinstance(v, dict) else v for v in value]
         return value
 
     @field_validator("attention", mode="before")
     @classmethod
     def _coerce_attention(cls, value):
-        return MixerSpec.model_validate(value) if isinstance(value, dict) else value
+        return _entry_from_dict(value) if isinstance(value, dict) else value
 
     @model_validator(mode="after")
     def _resolve(self) -> "HybridConfig":
@@ -127,9 +137,9 @@ class HybridConfig(BaseModel):
             raise ValueError("position_embedding: learned needs max_positions (the rows of the table), and "
                              "max_positions is only used with position_embedding: learned")
         entries = self.layer_entries()  # raises on a bad pattern or depth
-        names = {e for e in entries if isinstance(e, str)}
+        names = {n for e in entries if isinstance(e, str) for n in ([b for b, _ in _branches(e)] or [e])}
         for field in ("overrides", "forms"):
-            spec_names = {e.name for e in entries if isinstance(e, MixerSpec) and e.name} if field == "forms" else set()
+            spec_names = {n for e in entries for n in _spec_names(e)} if field == "forms" else set()
             unknown = sorted(set(getattr(self, field)) - names - spec_names)
             if unknown:
                 raise ValueError(f"{field} name layers {unknown} that are not in the model; layer names used: "
@@ -165,7 +175,7 @@ class HybridConfig(BaseModel):
                 specs[e] = self._spec(e)
         resolved = [specs[e] if isinstance(e, str) else e for e in entries]
         names = [e if isinstance(e, str) else e.name for e in entries]
-        forms = [self.forms.get(n, self.form) if n is not None else self.form for n in names]
+        forms = [self._form(n, spec) for n, spec in zip(names, resolved)]
         return tuple(LayerPlan(*row) for row in zip(names, resolved, forms, self._mlp_flags(resolved)))
 
     def layer_entries(self) -> list[LayerEntry]:
@@ -184,11 +194,24 @@ class HybridConfig(BaseModel):
                 entries[i] = self.attention
         return entries
 
-    def layer_specs(self) -> list[MixerSpec]:
-        """The MixerSpec of every layer."""
+    def _form(self, name: str | None, spec: MixerSpec | ParallelSpec) -> str | tuple[str, ...]:
+        """``forms[name]``, else ``form``; a parallel layer: one per branch, by the branch's name in the
+        pattern (or its MixerSpec's name)."""
+        if isinstance(spec, ParallelSpec):
+            pattern = name is not None and name.startswith("par(")
+            names = [b for b, _ in _branches(name)] if pattern else [b.name for b in spec.branches]
+            return tuple(self.forms.get(n, self.form) if n is not None else self.form for n in names)
+        return self.forms.get(name, self.form) if name is not None else self.form
+
+    def layer_specs(self) -> list[MixerSpec | ParallelSpec]:
+        """The MixerSpec (or ParallelSpec) of every layer."""
         return [layer.spec for layer in self.plan]
 
-    def layer_forms(self) -> list[str]:
+    def mixer_specs(self) -> list[MixerSpec]:
+        """Every MixerSpec in the model, layer by layer, a parallel layer's branches in order."""
+        return [b for s in self.layer_specs() for b in _mixers(s)]
+
+    def layer_forms(self) -> list[str | tuple[str, ...]]:
         """The requested form of every layer (``forms[name]``, else ``form``)."""
         return [layer.form for layer in self.plan]
 
@@ -196,16 +219,21 @@ class HybridConfig(BaseModel):
         """Whether block i has an MLP."""
         return [layer.mlp for layer in self.plan]
 
-    def _spec(self, name: str) -> MixerSpec:
-        """The preset ``name`` with the hybrid-wide heads and ``overrides[name]`` applied."""
+    def _spec(self, name: str, heads: tuple[int, int] | None = None) -> MixerSpec | ParallelSpec:
+        """The preset ``name`` with the hybrid-wide heads (or ``heads`` = (num_heads, head_dim), a
+        parallel branch's share) and ``overrides[name]`` applied; a ``par(...)`` token: its ParallelSpec."""
+        if name.startswith("par("):
+            return self._parallel(name)
         try:
             spec = get_preset(name)
         except KeyError as err:
             raise ValueError(f"unknown layer name {name!r}: {err.args[0]}") from None
         update: dict[str, Any] = {}
-        if self.num_heads is not None or self.head_dim is not None:
-            heads = self.num_heads or self.d_model // self.head_dim
-            update.update(num_heads=heads, head_dim=self.d_model // heads)
+        if heads is not None:
+            update.update(num_heads=heads[0], head_dim=heads[1])
+        elif self.num_heads is not None or self.head_dim is not None:
+            n = self.num_heads or self.d_model // self.head_dim
+            update.update(num_heads=n, head_dim=self.d_model // n)
         update.update(self.overrides.get(name, {}))
         if not update:
             return spec
@@ -213,13 +241,34 @@ class HybridConfig(BaseModel):
         data["layer"] = _update_layer(data["layer"], update)
         return MixerSpec.model_validate(data)
 
-    def _mlp_flags(self, specs: list[MixerSpec]) -> list[bool]:
+    def _parallel(self, token: str) -> ParallelSpec:
+        """``par(a*s_a,b*s_b,...)``: branch a on s_a / Σs of the heads, b on s_b / Σs, ... (shares default 1)."""
+        branches = _branches(token)
+        if len(branches) < 2:
+            raise ValueError(f"layers: {token!r} has {len(branches)} branch; a parallel layer needs at least 2, "
+                             f"e.g. 'par(gdn,attn)'")
+        if self.num_heads is not None or self.head_dim is not None:
+            total = self.num_heads or self.d_model // self.head_dim
+            head_dim, source = self.d_model // total, "num_heads"
+        else:
+            first = self._spec(branches[0][0]).layer
+            total, head_dim, source = first.num_heads, first.head_dim, f"{branches[0][0]}'s preset num_heads"
+        shares = sum(s for _, s in branches)
+        if total % shares:
+            allowed = [shares * m for m in range(1, 5)]
+            raise ValueError(f"layers: {token!r} splits the heads into {shares} equal shares, which does not divide "
+                             f"{source}={total}; num_heads must be a multiple of {shares} (e.g. {allowed}) "
+                             f"or change the shares")
+        per = total // shares
+        return ParallelSpec(name=token, branches=[self._spec(b, (s * per, head_dim)) for b, s in branches])
+
+    def _mlp_flags(self, specs: list[MixerSpec | ParallelSpec]) -> list[bool]:
         if not isinstance(self.mlp_kind, DSFFOptions) and self.mlp_ratio == 0 and self.mlp_hidden is None:
             return [False] * len(specs)
         if self.mlp_layers == "all":
             return [True] * len(specs)
         if self.mlp_layers == "attention":
-            return [isinstance(s.memory, NonParametric) for s in specs]
+            return [any(isinstance(b.memory, NonParametric) for b in _mixers(s)) for s in specs]
         return [i in set(self.mlp_layers) for i in range(len(specs))]
 
     @property
@@ -260,15 +309,64 @@ def _update_layer(layer: dict, update: dict) -> dict:
     return out
 
 
-def _expand(pattern: str) -> list[str]:
-    """'gdn*3,attn' -> ['gdn', 'gdn', 'gdn', 'attn']."""
-    out: list[str] = []
-    for raw in pattern.split(","):
-        token = raw.strip()
-        match = _TOKEN.match(token)
+def _entry_from_dict(value: dict) -> MixerSpec | ParallelSpec:
+    """A layer given as a dict (YAML): a ParallelSpec if it has ``branches``, else a MixerSpec."""
+    return ParallelSpec.model_validate(value) if "branches" in value else MixerSpec.model_validate(value)
+
+
+def _mixers(spec: MixerSpec | ParallelSpec) -> list[MixerSpec]:
+    """The MixerSpecs of one layer: a parallel layer's branches, else the spec itself."""
+    return list(spec.branches) if isinstance(spec, ParallelSpec) else [spec]
+
+
+def _spec_names(entry: LayerEntry) -> list[str]:
+    """Names a ``forms`` key may use for a MixerSpec / ParallelSpec entry (its branches' names)."""
+    if isinstance(entry, ParallelSpec):
+        return [b.name for b in entry.branches if b.name]
+    return [entry.name] if isinstance(entry, MixerSpec) and entry.name else []
+
+
+def _top_level(pattern: str) -> list[str]:
+    """Split ``pattern`` at the commas outside parentheses: 'par(gdn,attn),gdn' -> ['par(gdn,attn)', 'gdn']."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(pattern):
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth < 0:
+            raise ValueError(f"unbalanced ')' in layer pattern {pattern!r}")
+        if ch == "," and depth == 0:
+            parts.append(pattern[start:i])
+            start = i + 1
+    if depth:
+        raise ValueError(f"unbalanced '(' in layer pattern {pattern!r}")
+    return parts + [pattern[start:]]
+
+
+def _branches(token: str) -> list[tuple[str, int]]:
+    """'par(gdn*3,attn)' -> [('gdn', 3), ('attn', 1)] (branch name, head share); [] if not a par token."""
+    if not token.startswith("par("):
+        return []
+    out = []
+    for raw in _top_level(token[4:-1]):
+        match = _TOKEN.match(raw.strip())
         if not match:
-            raise ValueError(f"bad layer pattern token {token!r} in {pattern!r}; expected 'name' or 'name*count' "
-                             f"separated by commas, e.g. 'gdn*3,attn'")
+            raise ValueError(f"bad branch {raw.strip()!r} in {token!r}; expected 'name' or 'name*share', "
+                             f"e.g. 'par(gdn*3,attn)'")
+        share = int(match.group(2) or 1)
+        if share < 1:
+            raise ValueError(f"a branch's head share must be >= 1 in {token!r}")
+        out.append((match.group(1), share))
+    return out
+
+
+def _expand(pattern: str) -> list[str]:
+    """'gdn*3,attn' -> ['gdn', 'gdn', 'gdn', 'attn']; 'par(gdn,attn)*2' -> ['par(gdn,attn)'] * 2."""
+    out: list[str] = []
+    for raw in _top_level(pattern):
+        token = raw.strip()
+        match = _TOKEN.match(token) or _PAR.match(token.replace(" ", ""))
+        if not match:
+            raise ValueError(f"bad layer pattern token {token!r} in {pattern!r}; expected 'name', 'name*count' or "
+                             f"'par(name,name*share)' separated by commas, e.g. 'gdn*3,attn' or 'par(gdn,attn)'")
         count = int(match.group(2) or 1)
         if count < 1:
             raise ValueError(f"layer count must be >= 1 in {token!r}")

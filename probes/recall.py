@@ -64,15 +64,15 @@ def mqar_accuracy(model: torch.nn.Module, *, seq_len: int, num_kv_pairs: int, vo
 
 
 def model_state_size(model: torch.nn.Module, *, seq_len: int) -> int:
-    """Floats per sequence held by the model's mixers after ``seq_len`` tokens (a model's own
-    ``state_size`` wins over its submodules')."""
-    total, found = 0, False
-    modules = [model] if callable(getattr(model, "state_size", None)) else list(model.modules())
-    for module in modules:
+    """Floats per sequence held by the model's mixers after ``seq_len`` tokens (a module's own
+    ``state_size`` wins over its submodules': a model's, a parallel layer's over its branches')."""
+    total, found, counted = 0, False, []
+    for name, module in model.named_modules():
         fn = getattr(module, "state_size", None)
-        if not callable(fn):
+        if not callable(fn) or any(name.startswith(c) for c in counted):
             continue
         found = True
+        counted.append(f"{name}." if name else "")
         total += fn(seq_len) if "seq_len" in inspect.signature(fn).parameters else fn()
     if found:
         return int(total)

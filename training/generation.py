@@ -175,7 +175,8 @@ def context_limits(model) -> list[ContextLimit]:
     config = model.config
     limits = []
     if getattr(config, "model_type", None) == "assocmem":
-        spectral = [s.layer.sca.maxlen for s in config.hybrid_config.layer_specs() if s.memory.kind == "spectral"]
+        spectral = [s.layer.sca.maxlen for s in config.hybrid_config.mixer_specs()
+                    if s.memory.kind == "spectral"]
         if spectral:
             limits.append(ContextLimit(min(spectral), True, f"SCA layers are defined up to sca_maxlen={min(spectral)} "
                                        f"tokens (d(t) = max(maxlen − 1 − t, 0))"))
