@@ -247,3 +247,20 @@ register(Reproducible(
             Check("parameters/parameters")),
     minutes_per_seed=1.0,
 ))
+
+# Recurrent depth on MQAR (issue 24): the same 2-layer model (59,460 parameters), three layers.
+for _name, _layers, _what, _minutes in (
+        ("mqar-depth-gdn1", "gdn,gdn", "Gated DeltaNet, one GD step per token", 5.0),
+        ("mqar-depth-gdn3", "gated_deltanet_steps3,gated_deltanet_steps3",
+         "Gated DeltaNet, 3 GD steps per token (= one step with β_eff)", 5.0),
+        ("mqar-depth-huber3", "huber_delta_steps3,huber_delta_steps3",
+         "Huber bias, 3 GD steps per token (the derived scan)", 21.0)):
+    register(Reproducible(
+        name=_name,
+        description=f"MQAR (L=64, 8 pairs, vocab 256, 600 steps; training/configs/mqar_depth.yaml): {_what}",
+        command=("train", "mqar_depth", "--seeds", "{seeds}", "--set", f"model.hybrid.layers={_layers}",
+                 "--set", "output_dir={out}", "--result", "{result}"),
+        seeds=(0, 1, 2),
+        checks=(Check("accuracy", atol=0.01),),
+        minutes_per_seed=_minutes,  # measured with 8 sessions sharing the 2 cores; idle is faster
+    ))
