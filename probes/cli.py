@@ -173,9 +173,8 @@ def _causality(args) -> Path:
     for r in reports:
         print(f"{r.target}: {'causal' if r.causal else f'LEAKS from position {r.first_leak}'} "
               f"(max leak {r.max_leak:.3g})")
-    panel = CurvePanel("max |Δ output| at position p when inputs after p change", "position", "leak (+1e-300)",
-                       {r.target: (list(range(r.seq_len)), [v + 1e-300 for v in r.leak]) for r in reports},
-                       logx=False, logy=True)
+    panel = CurvePanel("max |Δ output| at position p when inputs after p change", "position", "leak",
+                       {r.target: (list(range(r.seq_len)), list(r.leak)) for r in reports}, logx=False, logy=True)
     save_curve_panels(out / "causality.png", [panel])
     write_json(out, "causality", {"all_causal": all(r.causal for r in reports),
                                    "reports": [r.to_json() for r in reports]})

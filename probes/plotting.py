@@ -12,6 +12,7 @@ Three kinds of figure:
 """
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,8 +21,12 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.ticker  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import LogLocator  # noqa: E402
 import networkx as nx  # noqa: E402
 import numpy as np  # noqa: E402
+
+
+MAX_PCA_COLUMNS = 5
 
 
 @dataclass
@@ -46,6 +51,7 @@ class CurvePanel:
     hline_label: str = ""
     bands: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)  # label -> (low, high)
     logx_base: int = 10
+    ylim: tuple[float, float] | None = None  # e.g. (0, 1) for an accuracy
 
 
 def _draw_pca(ax, panel: PCAPanel, graph: nx.Graph) -> None:
@@ -64,10 +70,21 @@ def _draw_pca(ax, panel: PCAPanel, graph: nx.Graph) -> None:
     ax.set_aspect("equal", adjustable="datalim")
 
 
+def pca_grid(rows: list[list[PCAPanel]]) -> list[list[PCAPanel]]:
+    """The rows to draw: as given, or reflowed into rows of MAX_PCA_COLUMNS if they form a strip."""
+    panels = [p for row in rows for p in row]
+    if len(panels) > MAX_PCA_COLUMNS and (len(rows) == 1 or max(len(r) for r in rows) <= 2):
+        return [panels[i:i + MAX_PCA_COLUMNS] for i in range(0, len(panels), MAX_PCA_COLUMNS)]
+    return rows
+
+
 def save_pca_panels(path: str | Path, rows: list[list[PCAPanel]], graph: nx.Graph, suptitle: str = "") -> Path:
-    """Write a grid of PCA panels (rows x max columns) with the graph's edges to ``path``."""
+    """Write a grid of PCA panels (rows x max columns) with the graph's edges to ``path``. A grid
+    that would be a strip (one row, or rows of one or two panels, e.g. one context per layer) is
+    reflowed in reading order into rows of MAX_PCA_COLUMNS (13 panels: 3 rows of 5)."""
     if not rows or not any(rows):
         raise ValueError("rows: need at least one PCA panel")
+    rows = pca_grid(rows)
     ncols = max(len(r) for r in rows)
     fig, axes = plt.subplots(len(rows), ncols, figsize=(2.2 * ncols, 2.3 * len(rows)), squeeze=False)
     for r, row in enumerate(rows):
@@ -76,9 +93,7 @@ def save_pca_panels(path: str | Path, rows: list[list[PCAPanel]], graph: nx.Grap
                 _draw_pca(axes[r][c], row[c], graph)
             else:
                 axes[r][c].axis("off")
-    if suptitle:
-        fig.suptitle(suptitle, fontsize=10)
-    fig.tight_layout()
+    _finish(fig, suptitle)
     return _save(fig, path)
 
 
@@ -97,14 +112,8 @@ def save_curve_panels(path: str | Path, panels: list[CurvePanel], suptitle: str 
                 ax.fill_between(x, low, high, color=line.get_color(), alpha=0.2, lw=0)
         if panel.hline is not None:
             ax.axhline(panel.hline, ls="--", color="0.5", lw=0.8, label=panel.hline_label or None)
-        if panel.logx:
-            ax.set_xscale("log", base=panel.logx_base)
-            if panel.logx_base != 10:  # plain numbers (1, 2, 4, ...) rather than powers
-                ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
-        else:
-            ax.set_xscale("linear")
-        ax.set_yscale("log" if panel.logy else "linear")
-        ax.set_title(panel.title, fontsize=9)
+        _set_scales(ax, panel)
+        ax.set_title(textwrap.fill(panel.title, 48), fontsize=9)
         ax.set_xlabel(panel.xlabel)
         ax.set_ylabel(panel.ylabel)
         ax.grid(alpha=0.3)
@@ -112,10 +121,39 @@ def save_curve_panels(path: str | Path, panels: list[CurvePanel], suptitle: str 
             ax.legend(fontsize=6)
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
+    _finish(fig, suptitle)
+    return _save(fig, path)
+
+
+def _set_scales(ax, panel: CurvePanel) -> None:
+    """Log axes where asked, with at most ~6 labelled decades (no overlapping tick labels). A log y
+    axis over values that include zeros becomes symlog, linear below the smallest positive value;
+    all zeros stay on a linear axis (a log axis cannot show them)."""
+    ys = np.asarray([v for _, y in panel.series.values() for v in y], dtype=float)
+    if panel.logx:
+        ax.set_xscale("log", base=panel.logx_base)
+        if panel.logx_base != 10:  # plain numbers (1, 2, 4, ...) rather than powers
+            ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        else:
+            ax.xaxis.set_major_locator(LogLocator(base=10, numticks=6))
+    if panel.logy:
+        positive = ys[np.isfinite(ys) & (ys > 0)]
+        if positive.size == 0:
+            ax.set_yscale("linear")
+        elif positive.size < np.isfinite(ys).sum():
+            ax.set_yscale("symlog", linthresh=float(positive.min()))
+        else:
+            ax.set_yscale("log")
+            ax.yaxis.set_major_locator(LogLocator(base=10, numticks=6))
+    if panel.ylim is not None:
+        ax.set_ylim(*panel.ylim)
+
+
+def _finish(fig, suptitle: str) -> None:
+    """Tight layout, leaving room for the suptitle above the panels."""
     if suptitle:
         fig.suptitle(suptitle, fontsize=10)
-    fig.tight_layout()
-    return _save(fig, path)
+    fig.tight_layout(rect=(0, 0, 1, 0.96) if suptitle else (0, 0, 1, 1))
 
 
 def save_heatmap(path: str | Path, values: np.ndarray, *, rows: list[str], columns: list[str], title: str,

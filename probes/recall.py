@@ -141,12 +141,14 @@ def save_recall_figures(points: list[RecallPoint], out_dir: str | Path, name: st
                          if p.mixer == mixer and (p.seq_len, p.num_kv_pairs) == (L, K))
             if pts:
                 series[mixer] = ([float(s) for s, _ in pts], [a for _, a in pts])
-        state_panels.append(CurvePanel(f"MQAR L={L}, K={K}", "state size (floats)", "accuracy", series))
+        state_panels.append(CurvePanel(f"MQAR L={L}, K={K}", "state size (floats)", "accuracy", series,
+                                       ylim=(0, 1.02)))
     pair_series = {}
     for label in dict.fromkeys(p.label for p in points):
         pts = sorted((p.num_kv_pairs, p.accuracy) for p in points if p.label == label)
         pair_series[label] = ([float(k) for k, _ in pts], [a for _, a in pts])
-    pair_panel = CurvePanel("MQAR accuracy vs key-value pairs", "key-value pairs K", "accuracy", pair_series)
+    pair_panel = CurvePanel("MQAR accuracy vs key-value pairs", "key-value pairs K", "accuracy", pair_series,
+                            ylim=(0, 1.02))
     return [save_curve_panels(out_dir / f"{name}_vs_state.png", state_panels),
             save_curve_panels(out_dir / f"{name}_vs_pairs.png", [pair_panel])]
 

@@ -1,0 +1,46 @@
+"""Figures that read well at the probes' defaults: log axes with zeros, long titles, PCA strips."""
+from __future__ import annotations
+
+import numpy as np
+
+from assocmem.probes.plotting import (MAX_PCA_COLUMNS, CurvePanel, PCAPanel, _set_scales, pca_grid, plt,
+                                      save_curve_panels)
+
+
+def _scale(series, logy=True, **kw) -> tuple[str, tuple[float, float]]:
+    fig, ax = plt.subplots()
+    panel = CurvePanel("t", "x", "y", series, logx=False, logy=logy, **kw)
+    for x, y in series.values():
+        ax.plot(x, y)
+    _set_scales(ax, panel)
+    scale, limits = ax.get_yscale(), ax.get_ylim()
+    plt.close(fig)
+    return scale, limits
+
+
+def test_log_axis_with_zeros_is_symlog_and_all_zeros_linear():
+    assert _scale({"a": ([0, 1, 2], [1e-3, 1e-1, 1.0])})[0] == "log"
+    assert _scale({"a": ([0, 1, 2], [0.0, 1e-6, 1.0])})[0] == "symlog"  # zeros shown, not lifted by 1e-300
+    assert _scale({"a": ([0, 1, 2], [0.0, 0.0, 0.0])})[0] == "linear"  # a causal model's leaks
+    assert _scale({"a": ([0, 1], [0.2, 0.9])}, logy=False, ylim=(0, 1.02))[1] == (0, 1.02)  # accuracies
+
+
+def test_pca_strip_is_reflowed_into_a_grid():
+    panel = PCAPanel(np.zeros((4, 2)), "p")
+    one_per_layer = [[panel, panel]] + [[panel] for _ in range(12)]  # layer 0 + control, then layers 1..12
+    grid = pca_grid(one_per_layer)
+    assert [len(r) for r in grid] == [MAX_PCA_COLUMNS, MAX_PCA_COLUMNS, 4]
+    assert [len(r) for r in pca_grid([[panel] * 13])] == [5, 5, 3]
+    square = [[panel] * 4 for _ in range(3)]  # layers x contexts stays as it is
+    assert pca_grid(square) == square
+
+
+def test_long_title_is_wrapped(tmp_path, monkeypatch):
+    """The causality title (72 characters) no longer runs off its 4-inch axes."""
+    closed = []
+    close = plt.close
+    monkeypatch.setattr(plt, "close", lambda fig: closed.append(fig) or close(fig))
+    title = "max |Δ output| at position p when inputs after p change, for every target"
+    save_curve_panels(tmp_path / "c.png", [CurvePanel(title, "x", "y", {"a": ([1, 2], [0.0, 0.0])}, logy=True)])
+    shown = closed[0].axes[0].get_title()
+    assert "\n" in shown and shown.replace("\n", " ") == title
