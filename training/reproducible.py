@@ -193,6 +193,20 @@ register(Reproducible(
 ))
 
 register(Reproducible(
+    name="spectral-grokking-p113",
+    description="Seed 003 §5 / Table 2 at p = 113 on Nanda et al. 2023's one-layer model: held-out accuracy and "
+                "epochs-to-grokking of the baseline, PFFT {30,35,40,45,48} and {34,40,46,51,56} within 100 epochs",
+    command=("probe", "grokking-experiment", "--p", "113", "--seeds", "{seeds}", "--variants", "baseline",
+             "pfft_wrong_high", "pfft_spread5_p113", "--epochs", "100", "--eval-every", "10", "--jobs", "3",
+             "--out", "{out}", "--result", "{result}"),
+    seeds=(0, 1, 2),
+    checks=(Check("p113/pfft_wrong_high/final_val_accuracy", atol=0.05),
+            Check("p113/pfft_spread5_p113/final_val_accuracy", atol=0.05),
+            Check("p113/baseline/final_val_accuracy", atol=0.02)),
+    minutes_per_seed=2.1,
+))
+
+register(Reproducible(
     name="hybrid-quick",
     description="the hybrid experiment's smoke-sized variant (--quick: d=32, 30 steps, 0/50/100 % attention and "
                 "SCA 2:1 on ring/hex walks, probed on a held-out 4x4 grid); the README's hybrid table is the full run",
