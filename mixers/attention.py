@@ -4,6 +4,14 @@
     o = softmax-attention(q, k, v) over the KV cache                           (mixers/ops/attention.py)
     y = o W_o (+ b_o)
 
+Short convolution (``layer.attention.short_conv``, off by default): the three projections go
+through the recurrent mixers' causal depthwise conv + SiLU (mixers/conv.py, width
+``layer.conv_size``) before QK-norm and the rotary map, so every q, k, v sees the last few
+tokens, the "shift" the recurrent mixers get for free and plain attention has to learn as a
+previous-token head (the MQAR control of docs/mqar_target.md). Padded tokens enter the conv as
+zeros, which equals its own left padding: with the conv, a padding mask must be left padding
+(each row's padding before its real tokens) and may not pad after a cache.
+
 Biases: none (Llama's default), q/k/v only (Qwen2), or all four (``attention_bias=True``
 in Llama and Qwen3); ``layer.attention.bias``.
 
@@ -30,8 +38,8 @@ Options of the Wiola SLM (seed 002), each off by default (``AttentionOptions``):
 Decode state (``AttentionState``): the rotated keys and the values of every
 pair kept so far, which of them are real tokens (padding is masked out), the
 next position of each sequence (positions count real tokens only, so a
-left-padded row gets the same rotary angles as the unpadded sequence), and the
-running sums of causal GCLA.
+left-padded row gets the same rotary angles as the unpadded sequence), the
+running sums of causal GCLA and the conv buffer (the last conv_size − 1 projections).
 """
 from __future__ import annotations
 
@@ -43,6 +51,7 @@ import torch.nn as nn
 from assocmem.memories.deprecation import moved, names_in
 
 from . import norm
+from .conv import ShortConv
 from .lower import FAMILIES
 from .wiola.atm import ATMOptions, causal_merged_attention, merge_starts, merge_tokens, unmerge
 from .wiola.gcla import AS_WRITTEN_NO_CACHE, ContextState, CrossLayerContext, GCLAOptions
@@ -59,7 +68,8 @@ class AttentionState(NamedTuple):
 
     keys [B, Hkv, N, K] (after the rotary map), values [B, Hkv, N, V], valid [B, N] bool
     (False = padding), pos [B] long (number of real tokens consumed), context: the running
-    sums of causal GCLA (``ContextState``: sums [B, Λ', d_model], count [B]) or None.
+    sums of causal GCLA (``ContextState``: sums [B, Λ', d_model], count [B]) or None, conv: the
+    short conv's buffer [B, conv_size − 1, H·K + Hkv·(K + V)] or None.
     """
 
     keys: torch.Tensor
@@ -67,11 +77,12 @@ class AttentionState(NamedTuple):
     valid: torch.Tensor
     pos: torch.Tensor
     context: ContextState | None = None
+    conv: torch.Tensor | None = None
 
 
 class Attention(nn.Module):
     """Multi-head causal softmax attention with a rotary map (RoPE or SRPE), GQA, optional QK-norm,
-    window and the Wiola options (a ``MixerModule``, mixers/layer.py)."""
+    window, short convolution and the Wiola options (a ``MixerModule``, mixers/layer.py)."""
 
     masks_padding = True  # forward takes mask [B, T] and masks padded keys itself
 
@@ -80,7 +91,7 @@ class Attention(nn.Module):
                  qk_rmsnorm: bool = False, window: int | None = None, scale: float | None = None,
                  bias: str = "none", norm_eps: float = 1e-6, form: str = "sdpa", layer_idx: int | None = None,
                  output_gate: bool = False, cross_layer: GCLAOptions | None = None,
-                 token_merge: ATMOptions | None = None):
+                 token_merge: ATMOptions | None = None, short_conv: bool = False, conv_size: int = 4):
         super().__init__()
         kv = num_heads if num_kv_heads is None else num_kv_heads
         if num_heads % kv:
@@ -91,6 +102,9 @@ class Attention(nn.Module):
             raise ValueError(f"attention form {form!r} is not available; choose one of {sorted(ATTENTION_FORMS)}")
         if token_merge is not None and window is not None:
             raise ValueError("token_merge (ATM) with a sliding window is not supported; drop one of them")
+        if token_merge is not None and short_conv:
+            raise ValueError("token_merge (ATM) with short_conv is not supported (the conv would run over merged "
+                             "tokens); drop one of them")
         self.H, self.Hkv, self.K = num_heads, kv, head_dim
         self.V = head_dim if value_dim is None else value_dim
         self.rope, self.rope_theta, self.window, self.scale = rope, rope_theta, window, scale
@@ -108,15 +122,18 @@ class Attention(nn.Module):
         self.context = None if cross_layer is None else CrossLayerContext(
             d_model, cross_layer, num_heads=self.H, num_kv_heads=self.Hkv, head_dim=self.K, value_dim=self.V)
         self.cross_layer_streams = 0 if cross_layer is None else cross_layer.summaries  # read by models/blocks.py
+        width = self.H * self.K + self.Hkv * (self.K + self.V)
+        self.conv = ShortConv(width, conv_size) if short_conv else None
 
     def state_size(self, seq_len: int = 1) -> int:
         """Floats held per sequence after ``seq_len`` tokens (the cache grows with T; causal GCLA adds
-        its running sums and count)."""
+        its running sums and count, the short conv its buffer)."""
         n = seq_len if self.window is None else min(seq_len, self.window)
         context = 0
         if self.context is not None and self.context.options.mode == "causal":
             context = self.cross_layer_streams * self.context.k_ctx.in_features + 1
-        return n * self.Hkv * (self.K + self.V) + context
+        conv = 0 if self.conv is None else (self.conv.size - 1) * self.conv.channels
+        return n * self.Hkv * (self.K + self.V) + context + conv
 
     def _positions(self, B, T, mask, state, device):
         """Absolute positions [B, T] counting real tokens only, and the next position [B]."""
@@ -161,9 +178,12 @@ class Attention(nn.Module):
             mask_att = keep if mask is None else keep & mask.bool()
         else:
             mask_att = mask
-        q = self.q_proj(x).view(B, T, self.H, self.K)
-        k = self.k_proj(x).view(B, T, self.Hkv, self.K)
-        v = self.v_proj(x).view(B, T, self.Hkv, self.V)
+        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        conv_buf = None
+        if self.conv is not None:
+            q, k, v, conv_buf = self._convolve(q, k, v, mask, state)
+        q, k = q.reshape(B, T, self.H, self.K), k.reshape(B, T, self.Hkv, self.K)
+        v = v.reshape(B, T, self.Hkv, self.V)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         pos, next_pos = self._positions(B, T, mask_att, state, x.device)
@@ -191,10 +211,24 @@ class Attention(nn.Module):
         if kv is not None:  # no new padding: the op's cache (already cut to the window) is the state
             n = kv[0].shape[2]
             valid = torch.ones(B, n, dtype=torch.bool, device=x.device) if valid is None else valid[:, -n:]
-            return y, AttentionState(kv[0], kv[1], valid, next_pos, context)
+            return y, AttentionState(kv[0], kv[1], valid, next_pos, context, conv_buf)
         if valid is None:
             valid = torch.ones(B, T, dtype=torch.bool, device=x.device)
-        return y, self._packed_state(k, v, prefix, valid, next_pos)._replace(context=context)
+        return y, self._packed_state(k, v, prefix, valid, next_pos)._replace(context=context, conv=conv_buf)
+
+    def _convolve(self, q, k, v, mask, state):
+        """The short conv on the flat projections [B, T, ·]: padded tokens enter as zeros (left padding
+        only, see the module docstring); returns q, k, v and the new conv buffer."""
+        if mask is not None and not bool(mask.all()):
+            m = mask.bool()
+            if state is not None or bool((m[:, :-1] & ~m[:, 1:]).any()):
+                raise ValueError("attention with short_conv takes left padding only (each row's padding before its "
+                                 "real tokens, and none after a cache): a padded token inside a row would enter the "
+                                 "convolution of the tokens after it")
+            q, k, v = (t * m[..., None].to(t.dtype) for t in (q, k, v))
+        z, buf = self.conv(torch.cat([q, k, v], -1), None if state is None else state.conv)
+        q, k, v = z.split([self.H * self.K, self.Hkv * self.K, self.Hkv * self.V], -1)
+        return q, k, v, buf
 
     def _streams(self, streams: list[torch.Tensor] | None) -> list[torch.Tensor]:
         if not streams:

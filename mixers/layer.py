@@ -105,7 +105,8 @@ def _attention(spec: MixerSpec, d_model: int, form: str, layer_idx: int | None) 
                      value_dim=o.value_dim, rope=a.rope, rope_theta=a.rope_theta, qk_rmsnorm=a.qk_norm == "rmsnorm",
                      window=window_of(spec), scale=o.scale, bias=a.bias, norm_eps=o.norm_eps,
                      form=lower(spec, form).name, layer_idx=layer_idx,
-                     output_gate=a.output_gate, cross_layer=a.cross_layer, token_merge=a.token_merge)
+                     output_gate=a.output_gate, cross_layer=a.cross_layer, token_merge=a.token_merge,
+                     short_conv=a.short_conv, conv_size=o.conv_size)
 
 
 def _sca(spec: MixerSpec, d_model: int, form: str, layer_idx: int | None) -> nn.Module:

@@ -59,6 +59,8 @@ class AttentionOptions(BaseModel):
     bias: Literal["none", "qkv", "all"] = Field(
         "none", description="biases of the projections: none, q/k/v only (Qwen2), or q/k/v and output (Llama's "
         "and Qwen3's attention_bias=True)")
+    short_conv: bool = Field(False, description="causal depthwise conv (width conv_size) + SiLU on q, k, v before "
+                             "QK-norm and the rotary map, carried in the decode state (off: LlamaAttention's layer)")
 
 
 class SCAOptions(BaseModel):
@@ -127,7 +129,8 @@ class LayerOptions(BaseModel):
     num_heads: int = Field(4, gt=0, description="H, memory heads")
     head_dim: int = Field(64, gt=0, description="K, key/query width per head")
     expand_v: float = Field(1.0, gt=0, description="V = int(K · expand_v), value width per head")
-    conv_size: int = Field(4, gt=0, description="short conv width (recurrent mixers and SCA)")
+    conv_size: int = Field(4, gt=0, description="short conv width (recurrent mixers, SCA, attention with "
+                           "attention.short_conv)")
     scale: float | None = Field(None, description="query scale; None → K**-0.5")
     norm_eps: float = Field(1e-6, gt=0, description="epsilon of the output RMSNorm (recurrent mixers) and of the "
                             "QK-norm (attention)")

@@ -1,6 +1,7 @@
 """AssocMemCache: one transformers ``Cache`` holding every layer's decode state.
 
     attention layer   AttentionState(keys [B, Hkv, N, K], values [B, Hkv, N, V], valid [B, N], pos [B])
+                      (+ GCLA running sums, short-conv buffer [B, w − 1, C], or None)
     recurrent layer   MixerState(memory [B, H, K, V] (or a tuple), conv [B, w − 1, C])
     SCA layer         SCAState(den [B, K], num [B, K, H, M, 2], pos [B], conv_buffer [B, w − 1, C])
 

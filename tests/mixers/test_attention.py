@@ -164,8 +164,9 @@ def test_module_matches_llama_attention():
     torch.testing.assert_close(got, want, **F64)
 
 
-@pytest.mark.parametrize("kw", [dict(), dict(qk_rmsnorm=True), dict(window=4), dict(rope=False, num_kv_heads=1)],
-                         ids=["gqa", "qknorm", "window", "norope-mqa"])
+@pytest.mark.parametrize("kw", [dict(), dict(qk_rmsnorm=True), dict(window=4), dict(rope=False, num_kv_heads=1),
+                                dict(short_conv=True, window=4, qk_rmsnorm=True)],
+                         ids=["gqa", "qknorm", "window", "norope-mqa", "shortconv"])
 def test_module_prefill_then_decode(kw):
     m = _module(**kw)
     x = torch.randn(2, 12, 32, dtype=torch.float64)
@@ -177,7 +178,9 @@ def test_module_prefill_then_decode(kw):
         outs.append(y)
     torch.testing.assert_close(torch.cat(outs, 1), y_full, **F64)
     assert isinstance(st, AttentionState) and st.pos.tolist() == [12, 12]
-    assert m.state_size(12) == (12 if "window" not in kw else 4) * m.Hkv * (m.K + m.V)
+    conv = 3 * (m.H * m.K + m.Hkv * (m.K + m.V)) if kw.get("short_conv") else 0
+    assert m.state_size(12) == (12 if "window" not in kw else 4) * m.Hkv * (m.K + m.V) + conv
+    assert (st.conv is None) == (conv == 0)
 
 
 def test_module_recurrent_form_equals_sdpa():
@@ -187,9 +190,11 @@ def test_module_recurrent_form_equals_sdpa():
     torch.testing.assert_close(a, b, **F64)
 
 
-def test_module_left_padding_equals_unpadded():
-    """Padded positions are masked and positions count real tokens only (same RoPE angles)."""
-    m = _module(qk_rmsnorm=True)
+@pytest.mark.parametrize("short_conv", [False, True], ids=["plain", "shortconv"])
+def test_module_left_padding_equals_unpadded(short_conv):
+    """Padded positions are masked and positions count real tokens only (same RoPE angles); with the
+    short conv, padded tokens enter it as zeros, which equals its own left padding."""
+    m = _module(qk_rmsnorm=True, short_conv=short_conv)
     x = torch.randn(1, 6, 32, dtype=torch.float64)
     xp = torch.cat([torch.randn(1, 3, 32, dtype=torch.float64), x], 1)
     mask = torch.tensor([[False] * 3 + [True] * 6])
@@ -199,6 +204,44 @@ def test_module_left_padding_equals_unpadded():
     assert s_pad.pos.tolist() == [6]
     step = torch.randn(1, 1, 32, dtype=torch.float64)
     torch.testing.assert_close(m(step, state=s_pad)[0], m(step, state=s_ref)[0], **F64)
+
+
+def test_module_short_conv_matches_a_written_out_reference():
+    """Step 2 of the module docstring written out with torch's depthwise conv1d (left zero padding),
+    Llama's RoPE (transformers' apply_rotary_pos_emb) and a causal softmax, in float64."""
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    m = _module(short_conv=True, conv_size=3)
+    B, T, H, Hkv, K = 2, 10, 4, 2, 8
+    x = torch.randn(B, T, 32, dtype=torch.float64)
+    z = torch.cat([m.q_proj(x), m.k_proj(x), m.v_proj(x)], -1)  # [B, T, C]
+    z = torch.nn.functional.conv1d(torch.nn.functional.pad(z.transpose(1, 2), (2, 0)), m.conv.weight,
+                                   groups=z.shape[-1]).transpose(1, 2)
+    q, k, v = torch.nn.functional.silu(z).split([H * K, Hkv * K, Hkv * K], -1)
+    q, k, v = q.view(B, T, H, K).transpose(1, 2), k.view(B, T, Hkv, K).transpose(1, 2), v.view(B, T, Hkv, K).transpose(1, 2)
+    inv = 10000.0 ** (-torch.arange(0, K, 2, dtype=torch.float64) / K)
+    emb = torch.cat([torch.arange(T, dtype=torch.float64)[:, None] * inv] * 2, -1)[None]  # [1, T, K]
+    q, k = apply_rotary_pos_emb(q, k, emb.cos(), emb.sin())
+    k, v = k.repeat_interleave(H // Hkv, 1), v.repeat_interleave(H // Hkv, 1)
+    scores = (q @ k.transpose(-1, -2)) * K ** -0.5 + torch.full((T, T), float("-inf"), dtype=torch.float64).triu(1)
+    o = (scores.softmax(-1) @ v).transpose(1, 2).reshape(B, T, H * K)
+    y, st = m(x)
+    torch.testing.assert_close(y, m.o_proj(o), **F64)
+    torch.testing.assert_close(st.conv, torch.cat([m.q_proj(x), m.k_proj(x), m.v_proj(x)], -1)[:, -2:], **F64)
+
+
+def test_module_short_conv_refuses_padding_it_cannot_represent():
+    m = _module(short_conv=True)
+    x = torch.randn(2, 5, 32, dtype=torch.float64)
+    with pytest.raises(ValueError, match="left padding only"):
+        m(x, mask=torch.tensor([[True] * 5, [True] * 3 + [False] * 2]))  # right padding
+    _, st = m(x)
+    with pytest.raises(ValueError, match="left padding only"):
+        m(x, state=st, mask=torch.tensor([[True] * 5, [False] + [True] * 4]))  # padding after a cache
+    from assocmem.mixers.wiola.atm import ATMOptions
+
+    with pytest.raises(ValueError, match="token_merge.*short_conv"):
+        _module(short_conv=True, token_merge=ATMOptions(mode="causal", tau=0.5))
 
 
 def test_module_bad_config():
@@ -232,3 +275,16 @@ def test_append_pairs_amortised_and_safe():
     with torch.inference_mode():  # the decode setting: no autograd view tracking
         e = append_pairs(b, torch.randn(2, 3, 1, 4))
         assert e.data_ptr() == b.data_ptr()
+
+
+def test_build_mixer_reads_attention_short_conv():
+    """attention.short_conv (off in the preset) and the shared conv_size reach the module."""
+    from assocmem.mixers import get_preset
+    from assocmem.mixers.layer import build_mixer
+
+    spec = get_preset("attn")
+    assert build_mixer(spec, 32).conv is None
+    on = spec.model_copy(update={"layer": spec.layer.model_copy(
+        update={"conv_size": 3, "attention": spec.layer.attention.model_copy(update={"short_conv": True})})})
+    conv = build_mixer(on, 32).conv
+    assert conv is not None and conv.size == 3
