@@ -218,6 +218,17 @@ register(Reproducible(
     minutes_per_seed=2.0,
 ))
 
+register(Reproducible(
+    name="mqar-gdn-target",
+    description="the MQAR target: 2-layer Gated DeltaNet, d=128, 2 heads, no MLP, at Zoology's (L=256, K=16) cell; "
+                "2000 steps of batch 16, lr 1e-2, one thread (training/configs/mqar_gdn_target.yaml)",
+    command=("train", "mqar_gdn_target", "--seeds", "{seeds}", "--set", "train.threads=1", "--set", "output_dir={out}",
+             "--result", "{result}"),
+    seeds=(0, 1, 2),
+    checks=(Check("accuracy", atol=0.01, at_least=0.9), Check("steps_to_0.9", atol=200.0)),
+    minutes_per_seed=10.0,
+))
+
 _EVAL_SEEDS = (0, 1, 2)
 
 register(Reproducible(
