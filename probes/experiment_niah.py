@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from .experiments import check_result_path, spread, train_variant, write_record
+from .experiments import check_result_path, run_seeds, spread, train_variant, write_record
 from .io import add_common_flags, prepare_out
 
 
@@ -140,26 +140,8 @@ def seed_metrics(per_seed: dict, cfg: NIAHExperimentConfig) -> dict[int, dict[st
 
 def run_experiment(cfg: NIAHExperimentConfig, seeds: list[int], out: str | Path) -> dict:
     """Every seed into ``out/seed_<s>/``, then niah_experiment.{json,md,png} and a heat map per model."""
-    import torch
-
-    from assocmem.training.results import current_versions
-
-    out = Path(out)
-    threads = torch.get_num_threads()
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    try:
-        per_seed = {s: run_seed(cfg, s, out / f"seed_{s}") for s in seeds}
-    finally:
-        torch.set_num_threads(threads)
-    summary = summarize(per_seed, cfg)
-    result = {"experiment": "niah", "config": cfg.model_dump(), "seeds": seeds,
-              "versions": current_versions().model_dump(), "per_seed": {str(s): r for s, r in per_seed.items()},
-              "summary": summary}
-    (out / "niah_experiment.json").write_text(json.dumps(result, indent=2))
-    (out / "niah_experiment.md").write_text(markdown_table(summary, cfg))
-    save_figures(summary, cfg, out)
-    return {**result, "per_seed_raw": per_seed}
+    return run_seeds("niah", cfg, seeds, out, run_seed=run_seed, summarize=summarize, markdown_table=markdown_table,
+                     save_figures=save_figures)
 
 
 def register(sub, run) -> None:

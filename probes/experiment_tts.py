@@ -23,7 +23,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .experiments import check_result_path, spread, train_variant, write_record
+from .experiments import check_result_path, run_seeds, spread, train_variant, write_record
 from .io import add_common_flags, prepare_out
 
 SUMMARY_METRICS = ["pass@k", "maj@k (first k)", "maj@k (random k)", "best-of-N@k (mean log-prob)",
@@ -215,26 +215,8 @@ def seed_metrics(per_seed: dict, cfg: TTSExperimentConfig) -> dict[int, dict[str
 
 def run_experiment(cfg: TTSExperimentConfig, seeds: list[int], out: str | Path) -> dict:
     """Every seed into ``out/seed_<s>/``, then tts_experiment.{json,md,png} in ``out``."""
-    import torch
-
-    from assocmem.training.results import current_versions
-
-    out = Path(out)
-    threads = torch.get_num_threads()
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    try:
-        per_seed = {s: run_seed(cfg, s, out / f"seed_{s}") for s in seeds}
-    finally:
-        torch.set_num_threads(threads)
-    summary = summarize(per_seed, cfg)
-    result = {"experiment": "tts", "config": cfg.model_dump(), "seeds": seeds,
-              "versions": current_versions().model_dump(), "per_seed": {str(s): r for s, r in per_seed.items()},
-              "summary": summary}
-    (out / "tts_experiment.json").write_text(json.dumps(result, indent=2))
-    (out / "tts_experiment.md").write_text(markdown_table(summary, cfg))
-    save_figure(summary, cfg, out / "tts_experiment.png")
-    return {**result, "per_seed_raw": per_seed}
+    return run_seeds("tts", cfg, seeds, out, run_seed=run_seed, summarize=summarize, markdown_table=markdown_table,
+                     save_figures=lambda summary, cfg, out: save_figure(summary, cfg, out / "tts_experiment.png"))
 
 
 def register(sub, run) -> None:

@@ -1,11 +1,12 @@
 """What the evaluation experiments (experiment_tts.py, experiment_niah.py) share: training one
-model variant, mean and range over seeds, and writing the result record.
+model variant, running the seeds (run_seeds), mean and range over seeds, and writing the result record.
 
     model, seconds, summary = train_variant(runs, label, hybrid, data, steps=..., batch_size=..., lr=..., seed=...)
     spread([0.2, 0.4, 0.3])   {"mean": 0.3, "min": 0.2, "max": 0.4}
 """
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -48,3 +49,31 @@ def write_record(args, argv: list[str], *, per_seed: dict, description: str, ext
 
     write_result(args.result, name=Path(args.result).stem, command=command_line("assocmem", argv), seeds=args.seeds,
                  per_seed=per_seed, description=description, extra=extra, overwrite=args.overwrite)
+
+
+def run_seeds(name: str, cfg, seeds: list[int], out: str | Path, *, run_seed, summarize, markdown_table,
+              save_figures) -> dict:
+    """The frame of every multi-seed experiment: each seed into ``out/seed_<s>/`` (``run_seed(cfg, s,
+    folder)``) at ``cfg.threads`` torch threads, then ``out/<name>_experiment.json`` (config, seeds,
+    versions, per-seed results, ``summarize(per_seed, cfg)``), its markdown table and its figures
+    (``save_figures(summary, cfg, out)``)."""
+    import torch
+
+    from assocmem.training.results import current_versions
+
+    out = Path(out)
+    threads = torch.get_num_threads()
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    try:
+        per_seed = {s: run_seed(cfg, s, out / f"seed_{s}") for s in seeds}
+    finally:
+        torch.set_num_threads(threads)
+    summary = summarize(per_seed, cfg)
+    result = {"experiment": name, "config": cfg.model_dump(), "seeds": seeds,
+              "versions": current_versions().model_dump(), "per_seed": {str(s): r for s, r in per_seed.items()},
+              "summary": summary}
+    (out / f"{name}_experiment.json").write_text(json.dumps(result, indent=2))
+    (out / f"{name}_experiment.md").write_text(markdown_table(summary, cfg))
+    save_figures(summary, cfg, out)
+    return {**result, "per_seed_raw": per_seed}

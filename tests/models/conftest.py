@@ -1,11 +1,7 @@
-"""Tiny float64 models: one intra-op thread is faster than two (no thread hand-off per tiny matmul)."""
+"""Tiny float64 models: every test here runs with one intra-op thread (tests/conftest.py)."""
 import pytest
-import torch
 
 
 @pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
+def _one_thread(one_thread):
     yield
-    torch.set_num_threads(before)

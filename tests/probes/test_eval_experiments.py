@@ -2,7 +2,6 @@
 import json
 
 import pytest
-import torch
 
 from assocmem.probes.experiment_niah import NIAHExperimentConfig
 from assocmem.probes.experiment_niah import run_experiment as run_niah
@@ -11,12 +10,7 @@ from assocmem.probes.experiment_tts import run_experiment as run_tts_experiment
 from assocmem.training.results import read_result
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _fake(cost_short, cost_long, base):

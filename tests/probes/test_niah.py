@@ -17,12 +17,7 @@ from assocmem.training.data import ByteTokenizer
 from assocmem.training.verifiable import Needle
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 class LookupModel(torch.nn.Module):

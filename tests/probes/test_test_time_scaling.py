@@ -15,12 +15,7 @@ from assocmem.training.verifiable import ChainSum, Modular
 from assocmem.training.verifiable.chain_sum import ANS, EOS
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_default_ks():

@@ -19,14 +19,3 @@ def write_config(tmp_path):
         return path
     return _write
 
-
-@pytest.fixture
-def one_thread():
-    """One intra-op thread for tiny models (two threads hand off every tiny matmul; much slower when
-    the cores are shared)."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
