@@ -1,4 +1,5 @@
-"""Checkpoints: safetensors weights + a weights_only-loadable training state, written atomically.
+"""Checkpoints: safetensors weights + a weights_only-loadable training state, written atomically
+and verified by checksum.
 
 Layout of a run folder:
 
@@ -9,57 +10,208 @@ Layout of a run folder:
                                                          transforms' state (torch.save of
                                                          tensors and plain Python values only, so
                                                          torch.load(weights_only=True) reads it)
+    <run>/checkpoints/step_00000120/checksums.json      SHA-256 and size of the two files above
 
-A checkpoint is written into ``checkpoints/.tmp-step_...`` and renamed to its
-final name only once both files are complete and fsynced: a process killed at
-any moment leaves either the previous checkpoints or the new one, never a
-partial one (stale ``.tmp-*`` folders are ignored and removed). Only the
-newest ``keep_last`` checkpoints are kept.
+Writing (``save_checkpoint``):
+
+  1. both files go into ``checkpoints/.tmp-step_...`` and are fsynced;
+  2. they are read back and hashed, and ``checksums.json`` is written last (and fsynced): a
+     temporary folder holding a manifest that matches its files is complete;
+  3. the folder is renamed to its final name (atomic on POSIX). Re-saving a step that exists
+     renames the old folder aside (``.old-step_...``) first, renames the new one in, then deletes
+     the old one: a kill at any moment leaves a complete checkpoint under one of the two names;
+  4. older checkpoints beyond ``keep_last`` are deleted, never the newest verified one.
+
+Reading: ``verify_checkpoint`` recomputes the checksums and checks that every weight is
+finite; ``latest_valid_checkpoint`` walks from the newest checkpoint back to the first one that
+verifies, with a warning naming each damaged file. ``recover_interrupted_writes`` (at resume)
+finishes what a killed writer left: a complete ``.tmp-*`` becomes the checkpoint it was meant
+to be, an ``.old-*`` whose replacement never arrived is renamed back, the rest is removed.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import random
 import re
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_model, save_model
 from torch import nn
 
 _STEP_DIR = re.compile(r"^step_(\d{8})$")
-WEIGHTS_FILE, STATE_FILE = "model.safetensors", "state.pt"
+_ASIDE = re.compile(r"^\.(tmp|old)-(step_\d{8})-\d+$")  # folders of an interrupted write
+WEIGHTS_FILE, STATE_FILE, MANIFEST_FILE = "model.safetensors", "state.pt", "checksums.json"
+DAMAGED_PREFIX = "damaged-"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used (the message names the file and what is wrong with it)."""
+
+
+class CheckpointWarning(UserWarning):
+    """A damaged checkpoint was skipped in favour of an older one."""
 
 
 def checkpoint_dir(run_dir: str | Path) -> Path:
     return Path(run_dir) / "checkpoints"
 
 
+def step_of(checkpoint: str | Path) -> int:
+    """The step a checkpoint folder ``step_XXXXXXXX`` holds."""
+    match = _STEP_DIR.match(Path(checkpoint).name)
+    if match is None:
+        raise CheckpointError(f"{checkpoint} is not a checkpoint folder (expected a name like step_00000120)")
+    return int(match.group(1))
+
+
 def list_checkpoints(run_dir: str | Path) -> list[Path]:
-    """Complete checkpoints of a run, oldest first."""
+    """Checkpoint folders of a run holding both files, oldest first (not yet verified)."""
     root = checkpoint_dir(run_dir)
     if not root.is_dir():
         return []
     found = [p for p in root.iterdir() if p.is_dir() and _STEP_DIR.match(p.name)
              and (p / WEIGHTS_FILE).is_file() and (p / STATE_FILE).is_file()]
-    return sorted(found, key=lambda p: int(_STEP_DIR.match(p.name).group(1)))
+    return sorted(found, key=step_of)
 
 
 def latest_checkpoint(run_dir: str | Path) -> Path | None:
-    """The newest complete checkpoint, or None."""
+    """The newest checkpoint holding both files, or None (``latest_valid_checkpoint`` also verifies it)."""
     found = list_checkpoints(run_dir)
     return found[-1] if found else None
 
 
-def remove_stale_temporaries(run_dir: str | Path) -> None:
-    """Delete ``.tmp-*`` folders left by a process killed while writing."""
+# ---------------------------------------------------------------- checksums
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _manifest(folder: Path) -> dict[str, dict[str, Any]]:
+    """{file: {"sha256", "bytes"}} of the two checkpoint files as they are on disk."""
+    return {name: {"sha256": _sha256(folder / name), "bytes": (folder / name).stat().st_size}
+            for name in (WEIGHTS_FILE, STATE_FILE)}
+
+
+def _non_finite_weight(path: Path) -> str | None:
+    """The name of the first tensor of a safetensors file holding NaN or ±inf, or None."""
+    with safe_open(str(path), framework="pt") as f:
+        for name in f.keys():
+            t = f.get_tensor(name)
+            if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+                return name
+    return None
+
+
+def checkpoint_problem(checkpoint: str | Path) -> str | None:
+    """What is wrong with a checkpoint folder, or None when it verifies.
+
+    Checks, in order: both files and ``checksums.json`` exist, each file's size and SHA-256
+    match the manifest, and every floating tensor of the weights is finite.
+    """
+    folder = Path(checkpoint)
+    for name in (WEIGHTS_FILE, STATE_FILE):
+        if not (folder / name).is_file():
+            return f"{folder / name} is missing"
+    if not (folder / MANIFEST_FILE).is_file():
+        return (f"{folder / MANIFEST_FILE} is missing (the checkpoint was written without checksums, by an "
+                f"older assocmem, or its write was interrupted)")
+    try:
+        expected = json.loads((folder / MANIFEST_FILE).read_text())["files"]
+    except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError) as err:
+        return f"{folder / MANIFEST_FILE} is unreadable ({type(err).__name__}: {err})"
+    for name in (WEIGHTS_FILE, STATE_FILE):
+        want = expected.get(name) if isinstance(expected, dict) else None
+        if not isinstance(want, dict):
+            return f"{folder / MANIFEST_FILE} has no checksum for {name}"
+        size = (folder / name).stat().st_size
+        if size != want.get("bytes"):
+            return f"{folder / name} has {size} bytes, its checksum was taken over {want.get('bytes')}"
+        found = _sha256(folder / name)
+        if found != want.get("sha256"):
+            return f"{folder / name} does not match its SHA-256 (expected {want.get('sha256')}, found {found})"
+    try:
+        bad = _non_finite_weight(folder / WEIGHTS_FILE)
+    except Exception as err:  # safetensors raises its own error types on a malformed header
+        return f"{folder / WEIGHTS_FILE} cannot be read ({type(err).__name__}: {err})"
+    if bad is not None:
+        return f"{folder / WEIGHTS_FILE} holds non-finite values in {bad}"
+    return None
+
+
+def verify_checkpoint(checkpoint: str | Path) -> Path:
+    """Raise CheckpointError naming the bad file unless the checkpoint verifies; return its path."""
+    problem = checkpoint_problem(checkpoint)
+    if problem is not None:
+        raise CheckpointError(f"checkpoint {checkpoint} is damaged: {problem}")
+    return Path(checkpoint)
+
+
+def latest_valid_checkpoint(run_dir: str | Path, *, set_aside: bool = False) -> Path | None:
+    """The newest checkpoint that verifies, or None when the run has no checkpoint at all.
+
+    The damaged checkpoints met on the way are reported in one CheckpointWarning naming each bad
+    file and the checkpoint used instead; with ``set_aside`` each is also renamed to ``damaged-step_...`` (kept for inspection,
+    never listed, loaded or deleted again). Raises CheckpointError, renaming nothing, when
+    checkpoints exist but none verifies (starting over silently would lose the run).
+    """
+    found = list_checkpoints(run_dir)
+    damaged: list[tuple[Path, str]] = []
+    for path in reversed(found):
+        problem = checkpoint_problem(path)
+        if problem is None:
+            break
+        damaged.append((path, problem))
+    else:
+        if damaged:
+            raise CheckpointError(f"no checkpoint of {run_dir} verifies (all are kept): "
+                                  + "; ".join(problem for _, problem in damaged))
+        return None
+    problems = []
+    for bad, problem in damaged:
+        if set_aside:
+            kept = bad.with_name(DAMAGED_PREFIX + bad.name)
+            shutil.rmtree(kept, ignore_errors=True)
+            os.rename(bad, kept)
+            problem += f" (moved to {kept})"
+        problems.append(problem)
+    if problems:
+        warnings.warn(f"damaged checkpoint(s) skipped: {'; '.join(problems)}; using {path}", CheckpointWarning,
+                      stacklevel=2)
+    return path
+
+
+def recover_interrupted_writes(run_dir: str | Path) -> None:
+    """Finish what a writer killed in ``save_checkpoint`` left behind (see the module docstring).
+
+    A ``.tmp-step_X-<pid>`` whose manifest matches its files is renamed to ``step_X`` when that is
+    absent; an ``.old-step_X-<pid>`` is renamed back to ``step_X`` when that is absent; every other
+    ``.tmp-*`` / ``.old-*`` folder is deleted.
+    """
     root = checkpoint_dir(run_dir)
-    if root.is_dir():
-        for p in root.glob(".tmp-*"):
+    if not root.is_dir():
+        return
+    for p in sorted(root.iterdir()):
+        match = _ASIDE.match(p.name)
+        if match is None or not p.is_dir():
+            continue
+        kind, final = match.group(1), root / match.group(2)
+        usable = kind == "old" or checkpoint_problem(p) is None
+        if usable and not final.exists():
+            os.rename(p, final)
+        else:
             shutil.rmtree(p, ignore_errors=True)
+    _fsync(root)
 
 
 # ---------------------------------------------------------------- RNG
@@ -97,17 +249,54 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
+def _write_files(folder: Path, step: int, model: nn.Module, state: dict[str, Any]) -> None:
+    """Steps 1-2 of the module docstring: the two files, fsynced, then their manifest."""
+    save_model(model, str(folder / WEIGHTS_FILE))
+    torch.save({**state, "step": step}, folder / STATE_FILE)
+    for f in (folder / WEIGHTS_FILE, folder / STATE_FILE):
+        _fsync(f)
+    manifest = {"format": 1, "step": step, "files": _manifest(folder)}  # hashed as read back from disk
+    (folder / MANIFEST_FILE).write_text(json.dumps(manifest, indent=1))
+    _fsync(folder / MANIFEST_FILE)
+    _fsync(folder)
+
+
+def _rename_in(tmp: Path, final: Path) -> None:
+    """Step 3: rename ``tmp`` to ``final``; an existing ``final`` is set aside first, deleted after."""
+    aside = None
+    if final.exists():
+        aside = final.with_name(f".old-{final.name}-{os.getpid()}")
+        shutil.rmtree(aside, ignore_errors=True)
+        os.rename(final, aside)
+    os.rename(tmp, final)  # atomic on POSIX
+    _fsync(final.parent)
+    if aside is not None:
+        shutil.rmtree(aside, ignore_errors=True)
+
+
+def _prune(run_dir: str | Path, keep_last: int, newest: Path) -> None:
+    """Step 4: delete checkpoints older than the newest ``keep_last``; ``newest`` (verified) stays."""
+    for old in list_checkpoints(run_dir)[:-keep_last]:
+        if old != newest:
+            shutil.rmtree(old, ignore_errors=True)
+
+
 def save_checkpoint(run_dir: str | Path, step: int, model: nn.Module, state: dict[str, Any], *,
                     keep_last: int) -> Path:
-    """Write checkpoint ``step`` atomically (temp folder, fsync, rename); prune to ``keep_last``.
+    """Write checkpoint ``step`` atomically with its checksums; prune to ``keep_last`` (module docstring).
 
     Args:
         model: the unwrapped network (not the DDP wrapper).
         state: optimizer/scheduler state dicts, RNG states, data position...: tensors and
             plain Python containers only (loaded back with weights_only=True).
+    Raises CheckpointError (nothing written) if a weight of ``model`` is NaN or ±inf.
     """
     if keep_last < 1:
         raise ValueError(f"keep_last must be >= 1, got {keep_last}")
+    for name, t in model.state_dict().items():
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            raise CheckpointError(f"refusing to save checkpoint step {step}: weight {name} holds NaN or inf "
+                                  f"(the previous checkpoints are kept)")
     root = checkpoint_dir(run_dir)
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step:08d}"
@@ -115,19 +304,12 @@ def save_checkpoint(run_dir: str | Path, step: int, model: nn.Module, state: dic
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
-        save_model(model, str(tmp / WEIGHTS_FILE))
-        torch.save({**state, "step": step}, tmp / STATE_FILE)
-        for f in (tmp / WEIGHTS_FILE, tmp / STATE_FILE, tmp):
-            _fsync(f)
-        if final.exists():  # re-saving the same step (e.g. the final step after a periodic save)
-            shutil.rmtree(final)
-        os.rename(tmp, final)  # atomic on POSIX
-        _fsync(root)
+        _write_files(tmp, step, model, state)
+        _rename_in(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    for old in list_checkpoints(run_dir)[:-keep_last]:
-        shutil.rmtree(old, ignore_errors=True)
+    _prune(run_dir, keep_last, final)
     return final
 
 

@@ -14,13 +14,14 @@ parsed as YAML unless the field is a string.
 from __future__ import annotations
 
 import math
+import re
 import types
 import typing
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .grad_transforms import GradTransformConfig
 from .verifiable import ChainSum, GraphPath, Modular, Needle
@@ -34,7 +35,21 @@ class ConfigError(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """Unknown keys are refused and every float must be finite (NaN and ±inf are refused)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+# a run name is one path component: the run folder <output_dir>/<name> is a direct child of output_dir
+RUN_NAME_RULE = "letters, digits and . _ - + = , @, not starting with '.' or '-', at most 200 characters"
+_RUN_NAME = re.compile(r"^[A-Za-z0-9_+=,@][A-Za-z0-9._+=,@-]{0,199}$")
+
+
+def check_run_name(name: str) -> str:
+    """``name`` if it is a safe run name (RUN_NAME_RULE), else ValueError naming the rule."""
+    if not isinstance(name, str) or not _RUN_NAME.match(name):
+        raise ValueError(f"run name {name!r} is not a single safe folder name; use {RUN_NAME_RULE}")
+    return name
 
 
 # ---------------------------------------------------------------- model
@@ -232,7 +247,11 @@ class TrainLoopConfig(_Strict):
     eval_batch_size: int = Field(64, gt=0, description="sequences per evaluation forward")
     log_every: int = Field(10, gt=0, description="write a JSONL log line every N steps")
     checkpoint_every: int = Field(0, ge=0, description="checkpoint every N steps (0 = at the end only)")
-    keep_last: int = Field(2, gt=0, description="checkpoints kept (older ones deleted)")
+    keep_last: int = Field(2, gt=0, description="checkpoints kept (older ones deleted; never the newest one "
+                           "that verifies)")
+    on_nonfinite: Literal["stop", "skip"] = Field(
+        "stop", description="a NaN/inf loss or gradient norm: stop with an error naming the step and the batch "
+        "(the checkpoints so far are kept), or skip the step (no update; counted as skipped_steps in the log)")
     progress: bool = Field(True, description="tqdm progress bar on rank 0")
     threads: int | None = Field(None, gt=0, description="torch.set_num_threads (null = torch default)")
     deterministic: bool = Field(True, description="torch.use_deterministic_algorithms(True)")
@@ -258,7 +277,7 @@ class TrainConfig(_Strict):
     """A training run (see the module docstring for an example)."""
 
     name: str | None = Field(None, description="run name; the run folder is <output_dir>/<name> "
-                             "(default: the config file's stem)")
+                             f"(default: the config file's stem); {RUN_NAME_RULE}")
     output_dir: str = Field("runs", description="parent folder of run folders")
     seed: int = Field(0, description="seed of model init and everything random in the loop")
     model: ModelConfig = Field(description="the network")
@@ -266,6 +285,11 @@ class TrainConfig(_Strict):
                              "graph_path | modular | needle | files")
     optim: OptimConfig = Field(default_factory=OptimConfig, description="optimizer and schedule")
     train: TrainLoopConfig = Field(description="loop settings")
+
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, name: str | None) -> str | None:
+        return None if name is None else check_run_name(name)
 
     @model_validator(mode="after")
     def _warmup_fits(self) -> "TrainConfig":
@@ -388,6 +412,16 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
 
 
 # ---------------------------------------------------------------- loading
+def read_yaml(path: str | Path) -> Any:
+    """``yaml.safe_load`` of a file; unreadable files and YAML syntax errors raise ConfigError with the place."""
+    try:
+        return yaml.safe_load(Path(path).read_text())
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path} is not valid YAML: {err}") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"cannot read {path}: {err}") from None
+
+
 def config_from_dict(data: dict) -> TrainConfig:
     """Validate a raw dict (unknown keys -> ConfigError listing the allowed keys)."""
     check_keys(TrainConfig, data)
@@ -402,7 +436,7 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> TrainCo
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
-    data = yaml.safe_load(path.read_text())
+    data = read_yaml(path)
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a config must be a YAML mapping, got {type(data).__name__}")
     data = apply_overrides(data, overrides or [])

@@ -10,10 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-import yaml
 
 from . import checkpoint as ckpt
-from .config import ConfigError, apply_overrides, config_from_dict
+from .config import ConfigError, apply_overrides, config_from_dict, read_yaml
 from .data import build_datasets, data_vocab_size
 from .distributed import init_distributed, shutdown
 from .metrics import evaluate
@@ -24,7 +23,9 @@ from .runlog import CONFIG_FILE
 
 def data_section(path: str | Path) -> dict:
     """The `data:` section of a YAML file (or the file itself when it is only that section)."""
-    text = yaml.safe_load(Path(path).read_text())
+    if not Path(path).is_file():
+        raise ConfigError(f"--data {path}: no such file")
+    text = read_yaml(path)
     if not isinstance(text, dict):
         raise ConfigError(f"{path}: expected a mapping with a data section")
     return text["data"] if "data" in text else text
@@ -32,19 +33,26 @@ def data_section(path: str | Path) -> dict:
 
 def evaluate_run(run_dir: str | Path, *, data: str | Path | None = None, overrides: list[str] | None = None,
                  checkpoint: str | Path | None = None, batch_size: int | None = None) -> dict:
-    """Metrics of a run's checkpoint (default: latest) on its eval data or on ``data``."""
+    """Metrics of a run's checkpoint (default: the newest that verifies) on its eval data or on ``data``.
+
+    The checkpoint is verified (``checkpoint.verify_checkpoint``) and its state read before any
+    work, so a damaged one fails at once; batch_size must be None or >= 1.
+    """
+    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
+        raise ValueError(f"--batch-size must be a positive number of sequences, got {batch_size!r}")
     run_dir = Path(run_dir)
     config_path = run_dir / CONFIG_FILE
     if not config_path.is_file():
         raise FileNotFoundError(f"{run_dir} is not a run folder (no {CONFIG_FILE})")
-    trained = config_from_dict(yaml.safe_load(config_path.read_text()))
+    trained = config_from_dict(read_yaml(config_path))
     raw = trained.model_dump(mode="json")
     if data is not None:
         raw["data"] = data_section(data)
     cfg = config_from_dict(apply_overrides(raw, overrides or []))
-    path = Path(checkpoint) if checkpoint is not None else ckpt.latest_checkpoint(run_dir)
-    if path is None or not (path / ckpt.WEIGHTS_FILE).is_file():
-        raise FileNotFoundError(f"no checkpoint found (looked for {path or run_dir / 'checkpoints'})")
+    path = ckpt.verify_checkpoint(checkpoint) if checkpoint is not None else ckpt.latest_valid_checkpoint(run_dir)
+    if path is None:
+        raise FileNotFoundError(f"{run_dir} has no checkpoint (looked in {ckpt.checkpoint_dir(run_dir)})")
+    state = ckpt.load_state(path)
     _, eval_ds, vocab = build_datasets(cfg.data)
     if eval_ds is None:
         raise ValueError("the data has no evaluation set (num_eval = 0 or no eval_files/eval_fraction); "
@@ -62,6 +70,5 @@ def evaluate_run(run_dir: str | Path, *, data: str | Path | None = None, overrid
                            batch_size=batch_size or cfg.train.eval_batch_size, precision=cfg.train.precision)
     finally:
         shutdown()
-    state = ckpt.load_state(path)
     return {"run": str(run_dir), "checkpoint": str(path), "step": state["step"], "num_sequences": len(eval_ds),
             **metrics}

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import random
 import time
 from pathlib import Path
@@ -38,8 +39,8 @@ from .grad_transforms import GradTransforms
 from .metrics import batch_tensors, evaluate
 from .model_factory import build_from_config, model_description
 from .objective import CausalLMObjective, check_supervised_logits
-from .optim import build_optimizer, build_scheduler
-from .runlog import SUMMARY_FILE, RunLog, plot_curves, prepare_run_dir
+from .optim import build_optimizer, build_scheduler, extend_schedule
+from .runlog import SUMMARY_FILE, RunLog, check_run_dir, create_run_dir, plot_curves
 from .sampler import StepSampler
 
 
@@ -49,21 +50,28 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def _setup_run_dir(cfg: TrainConfig, info: DistInfo, resume: bool, overwrite: bool) -> Path:
-    """Rank 0 prepares the folder; an error there is raised on every rank (no hang)."""
-    result: tuple[str, str] = ("", "")
+class NonFiniteLossError(RuntimeError):
+    """A step's loss or gradient norm was NaN or ±inf under ``train.on_nonfinite: stop``."""
+
+
+def _on_main(info: DistInfo, fn, *errors: type[Exception]):
+    """``fn()`` on rank 0, its value on every rank; an ``errors`` exception there is raised on every rank (no hang)."""
+    result: tuple[str, object] = ("", None)
     failure: Exception | None = None
     if info.is_main:
         try:
-            result = ("ok", str(prepare_run_dir(cfg, resume=resume, overwrite=overwrite)))
-        except (ValueError, FileExistsError, FileNotFoundError) as err:
+            result = ("ok", fn())
+        except errors as err:
             result, failure = ("error", f"{type(err).__name__}: {err}"), err
     status, payload = broadcast_object(result)
     if failure is not None:
         raise failure
     if status == "error":
-        raise RuntimeError(f"rank 0 could not prepare the run folder: {payload}")
-    return Path(payload)
+        raise RuntimeError(f"rank 0 failed: {payload}")
+    return payload
+
+
+_SETUP_ERRORS = (ValueError, OSError)  # ConfigError, CheckpointError, FileExistsError, NotADirectoryError, ...
 
 
 def _micro_batches(rows: np.ndarray, micro: int) -> list[np.ndarray]:
@@ -75,7 +83,7 @@ def _micro_batches(rows: np.ndarray, micro: int) -> list[np.ndarray]:
 class Trainer:
     """State of one run; ``run()`` trains from the current step to the end."""
 
-    def __init__(self, cfg: TrainConfig, info: DistInfo, run_dir: Path, resume: bool):
+    def __init__(self, cfg: TrainConfig, info: DistInfo, run_dir: Path, *, resume: bool, overwrite: bool):
         self.cfg, self.info, self.run_dir = cfg, info, run_dir
         self.train_ds, self.eval_ds, vocab = build_datasets(cfg.data)
         seed_everything(cfg.seed)
@@ -85,10 +93,11 @@ class Trainer:
         self.optimizer = build_optimizer(self.model, cfg.optim)
         self.scheduler = build_scheduler(self.optimizer, cfg.optim, self.total_steps)
         self.grad_transforms = GradTransforms(cfg.train.grad_transforms, self.model)
-        self.step, self.tokens, self.elapsed = 0, 0, 0.0
-        latest = ckpt.latest_checkpoint(run_dir) if resume else None
+        self.step, self.tokens, self.elapsed, self.skipped = 0, 0, 0.0, 0
+        # the data and the model are built: only now is the run folder created (or, on resume, repaired)
+        latest = _on_main(info, lambda: self._open_run_dir(resume, overwrite), *_SETUP_ERRORS)
         if latest is not None:
-            self._restore(latest)
+            self._restore(Path(latest))
         self.objective = CausalLMObjective(self.model, cfg.train.logits)
         if cfg.train.logits == "supervised":
             ids, labels = batch_tensors(self.train_ds, [0], info.device)
@@ -97,9 +106,23 @@ class Trainer:
         if info.distributed:
             self.wrapped = nn.parallel.DistributedDataParallel(
                 self.objective, device_ids=[info.device.index] if info.device.type == "cuda" else None)
-        self.log = RunLog(run_dir, keep_until_step=self.step) if info.is_main else None
+        self.log = RunLog(self.run_dir, keep_until_step=self.step) if info.is_main else None
 
     # ------------------------------------------------------------ checkpoints
+    def _open_run_dir(self, resume: bool, overwrite: bool) -> str | None:
+        """Rank 0: create the run folder; on resume, repair interrupted writes and pick the newest checkpoint
+        that verifies (damaged ones are set aside with a warning). Returns that checkpoint's path or None."""
+        latest = None
+        if resume:
+            ckpt.recover_interrupted_writes(self.run_dir)
+            latest = ckpt.latest_valid_checkpoint(self.run_dir, set_aside=True)
+            if latest is not None and ckpt.step_of(latest) > self.total_steps:
+                raise ValueError(f"checkpoint {latest} is at step {ckpt.step_of(latest)}, beyond this run's "
+                                 f"{self.total_steps} steps; resume with --set train.steps={ckpt.step_of(latest)} "
+                                 f"or more")
+        create_run_dir(self.cfg, self.run_dir, overwrite=overwrite)
+        return None if latest is None else str(latest)
+
     def _restore(self, path: Path) -> None:
         state = ckpt.load_state(path)
         ckpt.load_weights(path, self.model)
@@ -111,9 +134,11 @@ class Trainer:
         ckpt.set_rng_state(state["rng"][self.info.rank])
         self.grad_transforms.load_state_dict(state.get("grad_transforms", []))
         self.step, self.tokens, self.elapsed = state["step"], state["tokens"], state["elapsed"]
+        self.skipped = state.get("skipped_steps", 0)
         if state["samples_seen"] != self.step * self.cfg.train.batch_size:
             raise ValueError(f"checkpoint {path}: data position {state['samples_seen']} does not match step "
                              f"{self.step} × batch {self.cfg.train.batch_size}")
+        extend_schedule(self.optimizer, self.scheduler, self.total_steps)
 
     def save(self) -> None:
         rng = all_gather_object(ckpt.rng_state())
@@ -121,40 +146,82 @@ class Trainer:
             state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
                      "rng": rng, "world_size": self.info.world_size, "tokens": self.tokens,
                      "elapsed": self.elapsed, "samples_seen": self.step * self.cfg.train.batch_size,
-                     "grad_transforms": self.grad_transforms.state_dict()}
+                     "grad_transforms": self.grad_transforms.state_dict(), "skipped_steps": self.skipped}
             ckpt.save_checkpoint(self.run_dir, self.step, self.model, state, keep_last=self.cfg.train.keep_last)
         barrier()
 
     # ------------------------------------------------------------ one step
     def train_step(self) -> dict[str, float]:
-        """One optimizer step on the global batch of ``self.step``; returns global metrics."""
+        """One optimizer step on the global batch of ``self.step``; returns global metrics.
+
+        A NaN/inf loss or gradient norm (``train.on_nonfinite``): stop raises NonFiniteLossError
+        before anything is updated; skip leaves weights, optimizer and gradient-transform states
+        as they were and only advances the step, the schedule and the data position.
+        """
         cfg, info = self.cfg.train, self.info
         rows = self.sampler.indices(self.step)[rank_slice(cfg.batch_size, info)]
         micro = _micro_batches(rows, cfg.micro_batch_size or len(rows))
         batches = [batch_tensors(self.train_ds, m.tolist(), info.device) for m in micro]
+        sums, bad_micro = self._forward_backward(batches)
+        sums = all_reduce_sum(sums)  # every process sees the global loss (the non-finite decision is shared)
+        finite = math.isfinite(float(sums[0]))
+        if finite and len(self.grad_transforms):  # a transform's state must never see a non-finite gradient
+            finite = math.isfinite(float(nn.utils.get_total_norm([p.grad for p in self.model.parameters()
+                                                                  if p.grad is not None])))
+        if finite:
+            self.grad_transforms.apply()  # after the all-reduce of the last backward: the same on every rank
+        clip = self.cfg.optim.grad_clip
+        grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), clip if clip is not None else float("inf"))
+        finite = finite and math.isfinite(float(grad_norm))
+        lr = self.optimizer.param_groups[0]["lr"]
+        loss = float(sums[0] / max(sums[1], 1.0))
+        if not finite and cfg.on_nonfinite == "stop":
+            self.optimizer.zero_grad(set_to_none=True)
+            raise NonFiniteLossError(self._non_finite_message(loss, float(grad_norm), micro, bad_micro))
+        if finite:
+            self.optimizer.step()
+        else:  # on_nonfinite: skip -- no update; the schedule and the data position still advance
+            self.skipped += 1
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        self.tokens += cfg.batch_size * batches[0][0].shape[1]
+        return {"loss": loss, "accuracy": float(sums[2] / max(sums[1], 1.0)), "lr": lr,
+                "grad_norm": float(grad_norm), "skipped_steps": self.skipped}
+
+    def _forward_backward(self, batches: list) -> tuple[torch.Tensor, int | None]:
+        """Accumulate the gradient of the global mean loss over this process's micro-batches.
+
+        Returns this process's [loss sum, supervised count, correct] (float64) and the index of
+        its first micro-batch whose loss is not finite (None if all are).
+        """
+        info = self.info
         local_n = sum(int((labels[:, 1:] != -100).sum()) for _, labels in batches)
         n_global = float(all_reduce_sum(torch.tensor([local_n], dtype=torch.float64)).item())
         scale = info.world_size / max(n_global, 1.0)
         sums = torch.zeros(3, dtype=torch.float64)  # loss sum, supervised count, correct
+        bad_micro = None
         for i, (input_ids, labels) in enumerate(batches):
             sync = i == len(batches) - 1 or not info.distributed
             with (contextlib.nullcontext() if sync else self.wrapped.no_sync()):
-                with torch.autocast(info.device.type, dtype=torch.bfloat16, enabled=cfg.precision == "bf16"):
+                with torch.autocast(info.device.type, dtype=torch.bfloat16, enabled=self.cfg.train.precision == "bf16"):
                     loss_sum, count, correct = self.wrapped(input_ids, labels)
                 (loss_sum * scale).backward()
             sums += torch.stack([loss_sum.detach().double().cpu(), count.double().cpu(), correct.double().cpu()])
-        self.grad_transforms.apply()  # after the all-reduce of the last backward: the same on every rank
-        clip = self.cfg.optim.grad_clip
-        grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), clip if clip is not None else float("inf"))
-        lr = self.optimizer.param_groups[0]["lr"]
-        self.optimizer.step()
-        self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        sums = all_reduce_sum(sums)
-        self.step += 1
-        self.tokens += cfg.batch_size * batches[0][0].shape[1]
-        return {"loss": float(sums[0] / max(sums[1], 1.0)), "accuracy": float(sums[2] / max(sums[1], 1.0)),
-                "lr": lr, "grad_norm": float(grad_norm)}
+            if bad_micro is None and not bool(torch.isfinite(loss_sum.detach())):
+                bad_micro = i
+        return sums, bad_micro
+
+    def _non_finite_message(self, loss: float, grad_norm: float, micro: list[np.ndarray], bad: int | None) -> str:
+        where = (f"this process's micro-batch {bad} of {len(micro)} (dataset rows {micro[bad].tolist()})"
+                 if bad is not None else "another process's batch" if self.info.distributed
+                 else "a finite loss with a non-finite gradient")
+        last = ckpt.latest_checkpoint(self.run_dir)
+        return (f"non-finite training loss at step {self.step + 1} (batch index {self.step}, epoch "
+                f"{self.sampler.epoch_of(self.step):.3f}): loss {loss}, gradient norm {grad_norm}, first seen in "
+                f"{where}; train.on_nonfinite=stop, so the run stops without updating the weights. The newest "
+                f"checkpoint is {last if last is not None else 'none (no checkpoint yet)'}; resume it with "
+                f"--resume and a smaller optim.lr, or --set train.on_nonfinite=skip to skip such steps")
 
     # ------------------------------------------------------------ the run
     def evaluate(self) -> dict[str, float] | None:
@@ -167,7 +234,14 @@ class Trainer:
         return metrics
 
     def run(self) -> dict:
+        """Train to the last step, then ``finish``; a resumed run that had already finished returns its summary."""
         cfg = self.cfg.train
+        saved = self.run_dir / SUMMARY_FILE
+        if self.step == self.total_steps and saved.is_file():
+            if self.log is not None:
+                self.log.close()
+            barrier()
+            return json.loads(saved.read_text())
         bar = tqdm(total=self.total_steps, initial=self.step, desc=self.cfg.name, dynamic_ncols=True,
                    disable=not (self.info.is_main and cfg.progress))
         window_elapsed, window_tokens = self.elapsed, self.tokens
@@ -214,7 +288,8 @@ class Trainer:
 def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False) -> dict:
     """Train the run ``cfg`` describes (joining torchrun's process group if launched by torchrun).
 
-    Returns the summary (also written to <run>/summary.json).
+    Returns the summary (also written to <run>/summary.json). Resuming a run that has already
+    trained all its steps returns its summary and writes nothing.
     """
     info = init_distributed(cfg.train.device)
     threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
@@ -223,11 +298,9 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False) ->
             torch.set_num_threads(cfg.train.threads)
         if deterministic != cfg.train.deterministic:  # (the call imports torch._inductor: only when needed)
             torch.use_deterministic_algorithms(cfg.train.deterministic)
-        run_dir = _setup_run_dir(cfg, info, resume, overwrite)
-        if info.is_main and resume and ckpt.checkpoint_dir(run_dir).is_dir():
-            ckpt.remove_stale_temporaries(run_dir)
-        barrier()
-        return Trainer(cfg, info, run_dir, resume).run()
+        run_dir = Path(_on_main(info, lambda: str(check_run_dir(cfg, resume=resume, overwrite=overwrite)),
+                                *_SETUP_ERRORS))
+        return Trainer(cfg, info, run_dir, resume=resume, overwrite=overwrite).run()
     finally:  # leave the process as we found it (train() may be called from a notebook or a test)
         torch.set_num_threads(threads)
         if torch.are_deterministic_algorithms_enabled() != deterministic:

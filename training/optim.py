@@ -55,3 +55,19 @@ def build_scheduler(optimizer: torch.optim.Optimizer, cfg: OptimConfig, total_st
     if cfg.warmup_steps > total_steps:
         raise ValueError(f"optim.warmup_steps={cfg.warmup_steps} exceeds the run's {total_steps} steps")
     return torch.optim.lr_scheduler.LambdaLR(optimizer, WarmupCosine(total_steps, cfg.warmup_steps, cfg.min_lr_ratio))
+
+
+def extend_schedule(optimizer: torch.optim.Optimizer, scheduler, total_steps: int) -> None:
+    """After loading a checkpoint: follow the schedule of a run of ``total_steps`` steps from here on.
+
+    The rule when a resumed run is extended (``--resume --set train.steps=N``): the steps already
+    taken keep the learning rates they had; from the resume step s on, lr(s) is the schedule of a
+    run configured with N steps from the start (the cosine stretched to the new end), so the rate
+    jumps from the old curve to the new one at s. Same total: nothing changes (bitwise).
+    """
+    schedule = scheduler.lr_lambdas[0]
+    if schedule.total_steps == total_steps:
+        return
+    schedule.total_steps = total_steps
+    for group, base in zip(optimizer.param_groups, scheduler.base_lrs):
+        group["lr"] = base * schedule(scheduler.last_epoch)

@@ -19,11 +19,14 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("train", help="train a model from a YAML TrainConfig",
                               description="Train a model from a YAML TrainConfig (see training/configs/).")
     shipped = ", ".join(sorted(c.stem for c in BUNDLED.glob("*.yaml")))
-    p.add_argument("config", help=f"YAML TrainConfig (or sweep) file, or the name of a bundled config ({shipped})")
+    p.add_argument("config", help=f"YAML TrainConfig (or sweep) file, the name of a bundled config ({shipped}), "
+                   "or with --resume a run folder (resumed where it is, e.g. after moving it)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a field, e.g. --set optim.lr=1e-3 --set model.hybrid.layers=gdn,attn (repeatable)")
     mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--resume", action="store_true", help="continue the run from its latest checkpoint (exact)")
+    mode.add_argument("--resume", action="store_true",
+                      help="continue the run from its newest checkpoint that verifies (exact); "
+                      "--set train.steps=N extends it")
     mode.add_argument("--overwrite", action="store_true",
                       help="replace an existing run folder of the same name (and the --result file)")
     p.add_argument("--print-config", action="store_true", help="print the validated config(s) and exit")
@@ -44,7 +47,7 @@ def register(subparsers) -> None:
     e.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override config fields before evaluating, e.g. --set data.num_kv_pairs=32")
     e.add_argument("--checkpoint", help="checkpoint folder (default: the run's latest)")
-    e.add_argument("--batch-size", type=int, help="sequences per forward (default: train.eval_batch_size)")
+    e.add_argument("--batch-size", type=int, help="sequences per forward, >= 1 (default: train.eval_batch_size)")
     e.add_argument("--json", help="write the metrics to this file (default: RUN_DIR/eval.json)")
     e.set_defaults(func=_eval)
 
@@ -63,20 +66,34 @@ def resolve_config(name: str) -> str:
     raise ConfigError(f"config file not found: {name} (bundled configs: {shipped})")
 
 
+def _run_folder_config(args: argparse.Namespace) -> None:
+    """``train RUN_DIR --resume``: the folder's config.yaml, with output_dir and name set to where the folder is now."""
+    run_dir = Path(args.config)
+    if not args.resume:
+        raise ConfigError(f"{run_dir} is a folder; pass a config file, or add --resume to continue the run it holds")
+    if not (run_dir / "config.yaml").is_file():
+        raise ConfigError(f"{run_dir} holds no config.yaml; it is not a run folder")
+    args.config = str(run_dir / "config.yaml")
+    where = run_dir.resolve()
+    args.overrides = [f"output_dir={where.parent}", f"name={where.name}", *args.overrides]
+
+
 def _train(args: argparse.Namespace) -> int:
-    from .loop import train
     from .sweep import is_sweep
 
     args.config_given = args.config
     try:
+        if Path(args.config).is_dir():
+            _run_folder_config(args)
         args.config = resolve_config(args.config)
+        sweep = is_sweep(args.config)
     except ConfigError as err:
         print(f"assocmem train: {err}", file=sys.stderr)
         return 2
     if args.result and not args.seeds:
         print("assocmem train: --result needs --seeds (a result is a set of seeds)", file=sys.stderr)
         return 2
-    if is_sweep(args.config):
+    if sweep:
         return _sweep(args)
     if args.seeds:
         return _seeds(args)
@@ -88,9 +105,21 @@ def _train(args: argparse.Namespace) -> int:
     if args.print_config:
         print(cfg.to_yaml(), end="")
         return 0
+    return _train_one(cfg, resume=args.resume, overwrite=args.overwrite)
+
+
+def _train_one(cfg, *, resume: bool, overwrite: bool) -> int:
+    """Train one run; print its summary line (0), or the error without a traceback (1: the run failed,
+    2: the run folder, config or data was refused)."""
+    from .checkpoint import CheckpointError
+    from .loop import NonFiniteLossError, train
+
     try:
-        summary = train(cfg, resume=args.resume, overwrite=args.overwrite)
-    except (FileExistsError, FileNotFoundError, ValueError) as err:
+        summary = train(cfg, resume=resume, overwrite=overwrite)
+    except (NonFiniteLossError, CheckpointError) as err:
+        print(f"assocmem train: {err}", file=sys.stderr)
+        return 1
+    except (OSError, ValueError) as err:  # run folder refused, config/data invalid
         print(f"assocmem train: {err}", file=sys.stderr)
         return 2
     print(json.dumps({k: summary[k] for k in ("name", "steps", "tokens_per_s", "eval")}))
@@ -99,6 +128,8 @@ def _train(args: argparse.Namespace) -> int:
 
 def _seeds(args: argparse.Namespace) -> int:
     """``--seeds``: the config once per seed, a mean/range table and (``--result``) a result record."""
+    from .checkpoint import CheckpointError
+    from .loop import NonFiniteLossError
     from .results import current_versions, make_record, save_record
     from .seeds import seed_config, seeds_table, train_seeds
 
@@ -112,7 +143,10 @@ def _seeds(args: argparse.Namespace) -> int:
             print("---\n".join(seed_config(args.config, args.overrides, s).to_yaml() for s in args.seeds), end="")
             return 0
         per_seed = train_seeds(args.config, args.overrides, args.seeds, overwrite=args.overwrite)
-    except (ConfigError, FileExistsError, FileNotFoundError, ValueError) as err:
+    except (NonFiniteLossError, CheckpointError) as err:
+        print(f"assocmem train: {err}", file=sys.stderr)
+        return 1
+    except (OSError, ValueError) as err:  # ConfigError, a run folder refused, data invalid
         print(f"assocmem train: {err}", file=sys.stderr)
         return 2
     print(seeds_table(per_seed), end="")
@@ -127,24 +161,39 @@ def _seeds(args: argparse.Namespace) -> int:
     return 0
 
 
+def _eval_output(args: argparse.Namespace) -> Path:
+    """Where ``eval`` writes its JSON, checked before the work (the parent must be a folder, the path not one)."""
+    out = Path(args.json) if args.json else Path(args.run_dir) / "eval.json"
+    if out.is_dir():
+        raise ValueError(f"--json {out} is a folder; give a file path")
+    if not out.parent.is_dir():
+        raise ValueError(f"--json {out}: the folder {out.parent} does not exist")
+    return out
+
+
 def _eval(args: argparse.Namespace) -> int:
+    from .checkpoint import CheckpointError
     from .evaluate import evaluate_run
 
     try:
+        out = _eval_output(args)
         metrics = evaluate_run(args.run_dir, data=args.data, overrides=args.overrides,
                                checkpoint=args.checkpoint, batch_size=args.batch_size)
-    except (ConfigError, FileNotFoundError, ValueError) as err:
+    except CheckpointError as err:
+        print(f"assocmem eval: {err}", file=sys.stderr)
+        return 1
+    except (OSError, ValueError) as err:  # ConfigError is a ValueError
         print(f"assocmem eval: {err}", file=sys.stderr)
         return 2
-    out = Path(args.json) if args.json else Path(args.run_dir) / "eval.json"
-    out.write_text(json.dumps(metrics, indent=2))
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.write_text(json.dumps(metrics, indent=2))
+    tmp.replace(out)  # atomic: a reader sees the old file or the new one
     print(json.dumps(metrics))
     return 0
 
 
 def _sweep(args: argparse.Namespace) -> int:
     """Train every run of a sweep file in order (finished runs skipped, interrupted ones resumed)."""
-    from .loop import train
     from .sweep import load_sweep, markdown_table, results_table, run_status
 
     if args.result and Path(args.result).exists() and not args.overwrite:
@@ -170,8 +219,9 @@ def _sweep(args: argparse.Namespace) -> int:
             print(f"[{i + 1}/{len(chosen)}] {cfg.name}: done, skipped")
             continue
         print(f"[{i + 1}/{len(chosen)}] {cfg.name}: {'resuming' if status == 'started' else 'training'}")
-        summary = train(cfg, resume=status == "started" and not args.overwrite, overwrite=args.overwrite)
-        print(json.dumps({k: summary[k] for k in ("name", "steps", "tokens_per_s", "eval")}))
+        code = _train_one(cfg, resume=status == "started" and not args.overwrite, overwrite=args.overwrite)
+        if code:
+            return code
     table = results_table(spec, runs)
     out = Path(runs[0][1].output_dir) / Path(args.config).stem
     out.with_suffix(".results.json").write_text(json.dumps(table, indent=2))

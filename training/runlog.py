@@ -7,8 +7,12 @@
     <output_dir>/<name>/checkpoints/    see checkpoint.py
     <output_dir>/<name>/final/          save_pretrained() of the trained model (HF folder)
 
-A run never writes into another run's folder: starting a run whose folder
-exists fails unless ``overwrite`` (which empties it) or ``resume``.
+``name`` is one safe path component (``config.RUN_NAME_RULE``), so a run folder is always a
+direct child of ``output_dir``. A run never writes into another run's folder: starting a run
+whose folder exists fails unless ``resume``, or ``overwrite``, which deletes the folder only if
+it is a recognised run folder (``run_folder_problem``: it holds our config.yaml and log.jsonl)
+and never follows a symlink. The folder is checked first (``check_run_dir``) and created only
+once the data and model are built (``create_run_dir``): a run that fails before leaves nothing.
 """
 from __future__ import annotations
 
@@ -16,12 +20,17 @@ import json
 import shutil
 from pathlib import Path
 
+import yaml
+
 from .config import TrainConfig
 
 LOG_FILE, CONFIG_FILE, CURVES_FILE, SUMMARY_FILE = "log.jsonl", "config.yaml", "curves.png", "summary.json"
-# fields that may change on --resume without changing the training trajectory
+# fields that may change on --resume without changing the steps already taken: logging and
+# checkpoint cadence, where the folder lives (a moved run), the length of the run (extending it:
+# optim.py documents the schedule rule), and what to do at a non-finite loss
 RESUME_MUTABLE = {"train.progress", "train.log_every", "train.eval_every", "train.checkpoint_every",
-                  "train.keep_last", "train.eval_batch_size"}
+                  "train.keep_last", "train.eval_batch_size", "train.steps", "train.epochs", "train.on_nonfinite",
+                  "name", "output_dir"}
 
 
 def _flatten(data: dict, prefix: str = "") -> dict[str, object]:
@@ -41,13 +50,42 @@ def config_differences(old: dict, new: dict) -> list[str]:
     return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
 
 
-def prepare_run_dir(cfg: TrainConfig, *, resume: bool, overwrite: bool) -> Path:
-    """Create (or, for resume, check) the run folder and write config.yaml. Rank 0 only."""
+def run_folder_problem(path: Path) -> str | None:
+    """Why ``path`` is not a run folder that ``--overwrite`` may delete, or None if it is one.
+
+    A run folder is a real directory (not a symlink) holding a config.yaml that reads as a
+    TrainConfig mapping (model, data and train sections) and a log.jsonl.
+    """
+    if path.is_symlink():
+        return f"{path} is a symlink"
+    if not path.is_dir():
+        return f"{path} is not a directory"
+    config, log = path / CONFIG_FILE, path / LOG_FILE
+    if not config.is_file() or not log.is_file():
+        return f"{path} does not hold both {CONFIG_FILE} and {LOG_FILE}"
+    try:
+        data = yaml.safe_load(config.read_text())
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        return f"{config} is not valid YAML ({type(err).__name__})"
+    if not isinstance(data, dict) or not {"model", "data", "train"} <= set(data):
+        return f"{config} is not a TrainConfig (no model, data and train sections)"
+    return None
+
+
+def check_run_dir(cfg: TrainConfig, *, resume: bool, overwrite: bool) -> Path:
+    """The run folder of ``cfg``, checked without touching the disk. Rank 0 only.
+
+    Fresh run: the folder must be absent or empty, or (overwrite) a recognised run folder.
+    Resume: the folder must hold a config.yaml that differs from ``cfg`` only in RESUME_MUTABLE.
+    """
     if cfg.name is None:
         raise ValueError("the config has no name; set name: (or pass a config file, whose stem is used)")
-    run_dir = Path(cfg.output_dir) / cfg.name
     if resume and overwrite:
         raise ValueError("--resume and --overwrite exclude each other")
+    parent = Path(cfg.output_dir)
+    if parent.exists() and not parent.is_dir():
+        raise NotADirectoryError(f"output_dir {parent} is a file, not a folder; set output_dir to a folder")
+    run_dir = parent / cfg.name
     if resume:
         saved = run_dir / CONFIG_FILE
         if not saved.is_file():
@@ -59,14 +97,27 @@ def prepare_run_dir(cfg: TrainConfig, *, resume: bool, overwrite: bool) -> Path:
         if changed:
             raise ValueError(f"--resume with a different config would not continue the same run; changed: "
                              f"{changed} (only {sorted(RESUME_MUTABLE)} may change)")
-    elif run_dir.exists() and any(run_dir.iterdir()):
+    elif run_dir.is_symlink() or (run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir()))):
         if not overwrite:
             raise FileExistsError(f"run folder {run_dir} already exists; choose another name (--set name=...), "
                                   f"continue it with --resume, or replace it with --overwrite")
+        problem = run_folder_problem(run_dir)
+        if problem is not None:
+            raise FileExistsError(f"--overwrite deletes only a run folder; {problem}, so {run_dir} is left as it "
+                                  f"is (choose another name with --set name=..., or remove it yourself)")
+    return run_dir
+
+
+def create_run_dir(cfg: TrainConfig, run_dir: Path, *, overwrite: bool) -> None:
+    """Create (or empty, with overwrite) the checked run folder; write config.yaml and an empty log. Rank 0 only.
+
+    On resume the folder exists: only config.yaml is rewritten (it records the mutable fields' new values).
+    """
+    if overwrite and run_dir.is_dir() and run_folder_problem(run_dir) is None:
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / CONFIG_FILE).write_text(cfg.to_yaml())
-    return run_dir
+    (run_dir / LOG_FILE).touch()
 
 
 # ---------------------------------------------------------------- JSONL

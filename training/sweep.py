@@ -24,10 +24,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from .config import ConfigError, TrainConfig, apply_overrides, config_from_dict, set_values
+from .config import ConfigError, TrainConfig, apply_overrides, config_from_dict, read_yaml, set_values
 from .runlog import CONFIG_FILE, SUMMARY_FILE
 
 
@@ -43,7 +42,7 @@ class SweepSpec(BaseModel):
 
 
 def is_sweep(path: str | Path) -> bool:
-    data = yaml.safe_load(Path(path).read_text())
+    data = read_yaml(path)
     return isinstance(data, dict) and "sweep" in data
 
 
@@ -52,7 +51,7 @@ def load_sweep(path: str | Path, overrides: list[str] | None = None,
     """(sweep section, [(labels per axis, config)]) for every combination of labels; ``seeds``
     adds the axis ``seed`` (see the module docstring)."""
     path = Path(path)
-    data = yaml.safe_load(path.read_text())
+    data = read_yaml(path)
     try:
         spec = SweepSpec.model_validate(data.pop("sweep"))
     except Exception as err:  # pydantic's message names the bad field

@@ -49,7 +49,7 @@ def load_tokenizer(name_or_path: str):
                          f"(not a directory)")
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    return AutoTokenizer.from_pretrained(str(path), local_files_only=True, trust_remote_code=False)
 
 
 def tokenizer_vocab_size(tokenizer) -> int:

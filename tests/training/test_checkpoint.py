@@ -1,9 +1,13 @@
-"""Checkpoints: exact round trip, weights_only loading, atomic writes, keep-last-N."""
+"""Checkpoints: exact round trip, weights_only loading, atomic writes, checksums, keep-last-N."""
+import hashlib
+import json
 import random
+import shutil
 
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import save_model
 from torch import nn
 
 from assocmem.training import checkpoint as ckpt
@@ -89,8 +93,77 @@ def test_a_killed_writer_leaves_only_an_ignored_temporary(tmp_path):
     incomplete = ckpt.checkpoint_dir(tmp_path) / "step_00000006"      # a folder without its state file
     incomplete.mkdir()
     assert ckpt.latest_checkpoint(tmp_path).name == "step_00000002"
-    ckpt.remove_stale_temporaries(tmp_path)
+    ckpt.recover_interrupted_writes(tmp_path)
     assert not torn.exists()
+    assert ckpt.latest_valid_checkpoint(tmp_path).name == "step_00000002"
+
+
+def test_a_complete_temporary_is_promoted_and_a_set_aside_one_restored(tmp_path):
+    """Killed after the manifest was written but before the rename: the checkpoint is kept, not deleted."""
+    model, opt = _trained()
+    done = ckpt.save_checkpoint(tmp_path, 4, model, _state(opt), keep_last=3)
+    root = ckpt.checkpoint_dir(tmp_path)
+    done.rename(root / ".tmp-step_00000004-77")
+    ckpt.save_checkpoint(tmp_path, 6, model, _state(opt), keep_last=3).rename(root / ".old-step_00000006-78")
+    ckpt.save_checkpoint(tmp_path, 8, model, _state(opt), keep_last=3)
+    (root / ".old-step_00000008-79").mkdir()                           # its replacement did arrive: deleted
+    ckpt.recover_interrupted_writes(tmp_path)
+    assert sorted(p.name for p in root.iterdir()) == ["step_00000004", "step_00000006", "step_00000008"]
+    assert all(ckpt.checkpoint_problem(p) is None for p in root.iterdir())
+
+
+def test_checksums_are_written_and_every_kind_of_damage_is_named(tmp_path):
+    model, opt = _trained()
+    path = ckpt.save_checkpoint(tmp_path, 3, model, _state(opt), keep_last=2)
+    manifest = json.loads((path / ckpt.MANIFEST_FILE).read_text())
+    for name in (ckpt.WEIGHTS_FILE, ckpt.STATE_FILE):
+        data = (path / name).read_bytes()
+        assert manifest["files"][name] == {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+    assert ckpt.checkpoint_problem(path) is None
+    weights = (path / ckpt.WEIGHTS_FILE).read_bytes()
+    (path / ckpt.WEIGHTS_FILE).write_bytes(weights[:-1] + bytes([weights[-1] ^ 1]))   # one bit
+    assert "model.safetensors does not match its SHA-256" in ckpt.checkpoint_problem(path)
+    (path / ckpt.WEIGHTS_FILE).write_bytes(weights[:-8])
+    assert "has %d bytes, its checksum was taken over %d" % (len(weights) - 8, len(weights)) \
+        in ckpt.checkpoint_problem(path)
+    (path / ckpt.WEIGHTS_FILE).write_bytes(weights)
+    (path / ckpt.MANIFEST_FILE).write_text("{not json")
+    assert "checksums.json is unreadable" in ckpt.checkpoint_problem(path)
+    (path / ckpt.MANIFEST_FILE).unlink()
+    assert "written without checksums" in ckpt.checkpoint_problem(path)
+    with pytest.raises(ckpt.CheckpointError, match="step_00000003 is damaged: .*checksums.json is missing"):
+        ckpt.verify_checkpoint(path)
+
+
+def test_non_finite_weights_are_never_saved_nor_resumed(tmp_path):
+    model, opt = _trained()
+    good = ckpt.save_checkpoint(tmp_path, 2, model, _state(opt), keep_last=1)
+    with torch.no_grad():
+        model.norm.weight[1] = float("nan")
+    with pytest.raises(ckpt.CheckpointError, match="weight norm.weight holds NaN or inf"):
+        ckpt.save_checkpoint(tmp_path, 4, model, _state(opt), keep_last=1)
+    assert ckpt.list_checkpoints(tmp_path) == [good]
+    bad = ckpt.checkpoint_dir(tmp_path) / "step_00000004"               # written by something else: refused
+    shutil.copytree(good, bad)
+    save_model(model, str(bad / ckpt.WEIGHTS_FILE))
+    data = (bad / ckpt.WEIGHTS_FILE).read_bytes()
+    (bad / ckpt.MANIFEST_FILE).write_text(json.dumps({"files": {
+        ckpt.WEIGHTS_FILE: {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)},
+        ckpt.STATE_FILE: json.loads((good / ckpt.MANIFEST_FILE).read_text())["files"][ckpt.STATE_FILE]}}))
+    assert ckpt.checkpoint_problem(bad).endswith("holds non-finite values in norm.weight")
+    with pytest.warns(ckpt.CheckpointWarning, match="non-finite values in norm.weight.*; using .*step_00000002"):
+        assert ckpt.latest_valid_checkpoint(tmp_path) == good
+
+
+def test_keep_last_never_deletes_the_newest_verified_checkpoint(tmp_path):
+    """A newer (damaged) step left on disk must not push the checkpoint just written out of keep_last."""
+    model, opt = _trained()
+    newer = ckpt.save_checkpoint(tmp_path, 9, model, _state(opt), keep_last=1)
+    (newer / ckpt.STATE_FILE).write_bytes(b"rotten")
+    written = ckpt.save_checkpoint(tmp_path, 5, model, _state(opt), keep_last=1)
+    assert ckpt.list_checkpoints(tmp_path) == [written, newer]
+    with pytest.warns(ckpt.CheckpointWarning, match="step_00000009/state.pt has 6 bytes"):
+        assert ckpt.latest_valid_checkpoint(tmp_path) == written
 
 
 def test_keep_last_must_be_positive(tmp_path):
