@@ -249,16 +249,26 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
+def seal_checkpoint(folder: str | Path) -> None:
+    """Write ``checksums.json`` for the two files of ``folder`` as they are on disk now (fsynced).
+
+    ``save_checkpoint`` calls it; call it yourself after editing a checkpoint on purpose (the
+    edited files are what the checksums will then vouch for).
+    """
+    folder = Path(folder)
+    for f in (folder / WEIGHTS_FILE, folder / STATE_FILE):
+        _fsync(f)
+    manifest = {"format": 1, "files": _manifest(folder)}  # hashed as read back from disk
+    (folder / MANIFEST_FILE).write_text(json.dumps(manifest, indent=1))
+    _fsync(folder / MANIFEST_FILE)
+    _fsync(folder)
+
+
 def _write_files(folder: Path, step: int, model: nn.Module, state: dict[str, Any]) -> None:
     """Steps 1-2 of the module docstring: the two files, fsynced, then their manifest."""
     save_model(model, str(folder / WEIGHTS_FILE))
     torch.save({**state, "step": step}, folder / STATE_FILE)
-    for f in (folder / WEIGHTS_FILE, folder / STATE_FILE):
-        _fsync(f)
-    manifest = {"format": 1, "step": step, "files": _manifest(folder)}  # hashed as read back from disk
-    (folder / MANIFEST_FILE).write_text(json.dumps(manifest, indent=1))
-    _fsync(folder / MANIFEST_FILE)
-    _fsync(folder)
+    seal_checkpoint(folder)
 
 
 def _rename_in(tmp: Path, final: Path) -> None:

@@ -167,6 +167,17 @@ def test_on_nonfinite_skip_skips_the_update_and_counts_it(write_config, tmp_path
     assert summary["steps"] == 6 and all(torch.isfinite(t).all() for t in _weights(tmp_path / "runs" / "skip", 6).values())
 
 
+def test_skip_keeps_a_gradient_transforms_state_finite(write_config, tmp_path, monkeypatch):
+    ema = {"kind": "grokfast_ema", "alpha": 0.9, "lamb": 1.0}
+    cfg = load_config(write_config("ema", {"train": {"steps": 4, "on_nonfinite": "skip", "grad_transforms": [ema]}}))
+    _poison(monkeypatch, at_call=2)
+    train(cfg)
+    state = ckpt.load_state(tmp_path / "runs" / "ema" / "checkpoints" / "step_00000004")
+    tensors = list(state["grad_transforms"][0]["state"].values())
+    assert tensors and all(torch.isfinite(t).all() for t in tensors)
+    assert state["skipped_steps"] == 1
+
+
 def test_non_finite_config_values_are_refused(write_config):
     for override in ("optim.lr=.inf", "optim.lr=.nan", "optim.weight_decay=.inf", "optim.eps=-.inf",
                      "optim.grad_clip=.nan"):

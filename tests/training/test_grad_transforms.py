@@ -10,7 +10,7 @@ import torch.nn as nn
 import yaml
 from safetensors.torch import load_file
 
-from assocmem.training.checkpoint import STATE_FILE, list_checkpoints
+from assocmem.training.checkpoint import STATE_FILE, list_checkpoints, seal_checkpoint
 from assocmem.training.config import ConfigError, config_from_dict, load_config
 from assocmem.training.fourier import project_modes
 from assocmem.training.grad_transforms import (GrokfastEMA, GrokfastEMAConfig, GradTransforms,
@@ -175,6 +175,7 @@ def test_a_run_with_a_stateful_transform_resumes_bit_for_bit(write_config, tmp_p
     state = torch.load(step4, weights_only=True)
     state["grad_transforms"][1]["state"] = {}
     torch.save(state, step4)
+    seal_checkpoint(step4.parent)  # edited on purpose: new checksums
     train(load_config(path, ["name=forgetful"]), resume=True)
     c = _final_weights(forgetful)
     assert not all(a[k].equal(c[k]) for k in a)
@@ -190,5 +191,6 @@ def test_resume_refuses_a_checkpoint_written_with_other_transforms(write_config,
     state = torch.load(step4 / STATE_FILE, weights_only=True)
     state["grad_transforms"] = state["grad_transforms"][:1]
     torch.save(state, step4 / STATE_FILE)
+    seal_checkpoint(step4)
     with pytest.raises(ValueError, match=r"written with grad transforms \['pfft'\].*same train.grad_transforms"):
         train(load_config(path), resume=True)
