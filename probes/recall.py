@@ -124,7 +124,8 @@ def train_mqar_models(mixers: list[str], d_models: list[int], *, out_dir: str | 
                 "train": {"steps": steps, "batch_size": batch_size, "progress": False, "log_every": max(1, steps // 10)},
             })
             train(cfg, overwrite=True)
-            models[label] = (mixer, AutoModelForCausalLM.from_pretrained(Path(out_dir) / label / "final").eval())
+            folder = Path(out_dir) / label / "final"
+            models[label] = (mixer, AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=False).eval())
     return models
 
 

@@ -85,7 +85,7 @@ def load_pretrained(ref: str | Path) -> nn.Module:
 
     folder = pretrained_folder(ref)
     try:
-        return AutoModelForCausalLM.from_pretrained(folder).eval()
+        return AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=False).eval()
     except (OSError, ValueError, KeyError, RuntimeError) as err:
         raise ValueError(f"the model in {folder} does not load: {type(err).__name__}: {err}") from None
 

@@ -288,3 +288,24 @@ def test_eval_checks_its_inputs_and_outputs_before_the_work(write_config, tmp_pa
     assert cli_main(["eval", str(run)]) == 1
     assert "state.pt does not match its SHA-256" in capsys.readouterr().err
     assert not (run / "eval.json").exists()
+
+
+# ----------------------------------------------------------------------------- remote code
+def test_a_model_folder_never_runs_code_it_carries(tmp_path):
+    """A config.json whose auto_map points at a Python file in the folder: refused, the file never runs
+    (transformers would otherwise ask interactively, and 'y' would execute it)."""
+    from assocmem.probes.io import load_model
+    from assocmem.training.model_factory import load_pretrained
+
+    folder = tmp_path / "evil"
+    folder.mkdir()
+    marker = tmp_path / "ran.txt"
+    (folder / "modeling_evil.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    (folder / "config.json").write_text(json.dumps({
+        "model_type": "evil", "architectures": ["EvilForCausalLM"],
+        "auto_map": {"AutoConfig": "modeling_evil.EvilConfig", "AutoModelForCausalLM": "modeling_evil.EvilForCausalLM"}}))
+    with pytest.raises(ValueError, match="trust_remote_code"):
+        load_pretrained(folder)
+    with pytest.raises(ValueError, match="trust_remote_code"):
+        load_model(str(folder))
+    assert not marker.exists()
