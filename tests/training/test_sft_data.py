@@ -10,7 +10,7 @@ from assocmem.training.data import ByteTokenizer, build_datasets
 from assocmem.training.distributed import init_distributed, shutdown
 from assocmem.training.loop import Trainer, train
 from assocmem.training.model_factory import build_from_config, load_pretrained
-from assocmem.training.runlog import prepare_run_dir
+from assocmem.training.runlog import check_run_dir
 from training_helpers import BASE, TINY_LLAMA, merge
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -134,7 +134,8 @@ def test_a_run_starts_from_init_from_and_a_run_folder_is_accepted(tmp_path):
                      model={"hf_config": None, "init_from": str(run)})
     info = init_distributed("cpu")
     try:
-        trainer = Trainer(second, info, prepare_run_dir(second, resume=False, overwrite=False), resume=False)
+        trainer = Trainer(second, info, check_run_dir(second, resume=False, overwrite=False), resume=False,
+                          overwrite=False)
     finally:
         shutdown()
     finished = load_pretrained(run)
