@@ -30,21 +30,30 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .isolation import first_non_finite, keep_finite_prefix, spread_possible
+
 State = tuple[torch.Tensor, torch.Tensor]
 
 __all__ = ["recurrent_softmax_attention", "sdpa_softmax_attention", "attention_mask"]
 
 
 def _check(q, k, v, window, initial_state, key_mask) -> int:
-    """Validate shapes; return N, the number of cached pairs."""
+    """Validate types and shapes; return N, the number of cached pairs."""
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+            raise TypeError(f"{name} must be a floating torch.Tensor [B, T, H, D], got "
+                            f"{getattr(x, 'dtype', type(x).__name__)}")
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         raise ValueError(f"q, k, v must be [B, T, H, D]; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    if not q.dtype == k.dtype == v.dtype:
+        raise TypeError(f"q, k, v must share one dtype [B, T, H, D], got {q.dtype}, {k.dtype}, {v.dtype}")
     B, T, H, K = q.shape
     if k.shape[:2] != (B, T) or k.shape[3] != K or v.shape[:3] != k.shape[:3]:
         raise ValueError(f"k must be [B, T, Hkv, K] and v [B, T, Hkv, V] matching q {tuple(q.shape)}; "
                          f"got k {tuple(k.shape)}, v {tuple(v.shape)}")
     if H % k.shape[2]:
-        raise ValueError(f"query heads ({H}) must be a multiple of kv heads ({k.shape[2]})")
+        raise ValueError(f"q [B, T, H, K] must have a multiple of the kv heads of k [B, T, Hkv, K] (GQA); "
+                         f"got H = {H} for Hkv = {k.shape[2]}: q {tuple(q.shape)}, k {tuple(k.shape)}")
     if window is not None and window < 1:
         raise ValueError(f"window must be a positive int or None, got {window}")
     N = 0
@@ -177,7 +186,8 @@ def sdpa_softmax_attention(q, k, v, *, scale=None, window=None, initial_state=No
     """Eq. (1) for all T queries at once with ``F.scaled_dot_product_attention``.
 
     The cache (initial_state) is prepended to the new pairs; the mask is causal,
-    optionally windowed and key-padded. Returns (o [B, T, H, V], state or None).
+    optionally windowed and key-padded. A non-finite key or value at position p never reaches
+    o_{<p} (``isolation.py``). Returns (o [B, T, H, V], state or None).
     """
     N = _check(q, k, v, window, initial_state, key_mask)
     B, T, H, K = q.shape
@@ -192,4 +202,10 @@ def sdpa_softmax_attention(q, k, v, *, scale=None, window=None, initial_state=No
     else:
         mask = attention_mask(T, N, window=window, key_mask=key_mask, device=q.device)
         o = F.scaled_dot_product_attention(qh, keys, values, attn_mask=mask, scale=scale, enable_gqa=gqa)
-    return o.transpose(1, 2), _final(keys, values, window, output_final_state)  # o: [B, T, H, V]
+    o = o.transpose(1, 2)  # [B, T, H, V]
+    if spread_possible(k, v) and not spread_possible(*(initial_state or ())):  # isolation.py: 0 · NaN in P V
+        p = first_non_finite(k, v)
+        o = keep_finite_prefix(o, p, lambda p: sdpa_softmax_attention(
+            q[:, :p], k[:, :p], v[:, :p], scale=scale, window=window, initial_state=initial_state,
+            key_mask=None if key_mask is None else key_mask[:, :N + p])[0])
+    return o, _final(keys, values, window, output_final_state)

@@ -32,13 +32,18 @@ def autocast_off(backward):
     return run
 
 
+_LAYOUT = {"q": "[B, T, H, K]", "k": "[B, T, H, K]", "v": "[B, T, H, V]", "beta": "[B, T, H]",
+           "initial_state": "[B, H, K, V]"}
+
+
 def _check_tensor(fn: str, name: str, x, rank: int) -> None:
     if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{fn}: {name} must be a torch.Tensor, got {type(x).__name__}")
+        raise TypeError(f"{fn}: {name} must be a torch.Tensor {_LAYOUT[name]}, got {type(x).__name__}")
     if not x.is_floating_point():
-        raise TypeError(f"{fn}: {name} must have a floating dtype (float16/bfloat16/float32/float64), got {x.dtype}")
+        raise TypeError(f"{fn}: {name} {_LAYOUT[name]} must have a floating dtype (float16/bfloat16/float32/float64), "
+                        f"got {x.dtype}")
     if x.dim() != rank:
-        raise ValueError(f"{fn}: {name} must have rank {rank}, got shape {tuple(x.shape)}")
+        raise ValueError(f"{fn}: {name} must be {_LAYOUT[name]} (rank {rank}), got shape {tuple(x.shape)}")
 
 
 def _check_log_alpha(fn: str, log_alpha, B: int, T: int, H: int, K: int, per_key: bool, hint: str) -> None:

@@ -17,12 +17,11 @@ The delta rule reads "erase what S predicts for k_t, write v_t": the correction
 is u_t = β_t (v_t − S̄ᵀ k_t) with S̄ = α_t S_{t−1} (Gated DeltaNet) or S̄ = S_{t−1}
 (joint), then S_t = diag(α_t) S_{t−1} + k_t u_tᵀ (KDA: S̄ = diag(α_t) S_{t−1}).
 
-The joint variant with scalar α is exactly a gated delta rule with erase
-strength β/α and written value α·v:
-    (α I − β k kᵀ) S + β k vᵀ = α (I − (β/α) k kᵀ) S + (β/α) k (α v)ᵀ,
-so ``chunk_delta_rule_joint`` with scalar gates calls ``chunk_delta_rule`` on
-(β/α, α·v). This needs α > 0 representable: log_alpha above about −80 in
-float32 (−700 in float64), else β/α overflows. With per-key α it is a
+The joint variant differs from Gated DeltaNet only in the state its erase reads
+(S_{t−1} instead of α_t S_{t−1}), so both run through the same chunk form, which
+takes the erase's decay as e^{G_{t−1}} (joint) or e^{G_t} (``delta_chunk.py``). It is
+finite for any α ∈ [0, 1] (rewriting it as a gated delta rule with erase strength β/α
+would overflow once α < e^{−88} in float32). With per-key α it is a
 diagonal-plus-rank-one transition (RWKV-7-like) and uses the per-key chunk
 form in ``delta_chunk.py``.
 
@@ -48,6 +47,7 @@ import torch
 
 from .contract import check_chunk_size, check_matrix_inputs
 from .delta_chunk import DeltaInputs, chunk_key_decay, chunk_scalar_decay, default_chunk_size
+from .isolation import first_non_finite, keep_finite_prefix, spread_possible
 
 __all__ = [
     "recurrent_delta_rule", "recurrent_longhorn", "recurrent_delta_rule_joint",
@@ -73,6 +73,25 @@ def _prepare(fn: str, q, k, v, log_alpha, beta, scale, initial_state, *, per_key
 
 def _finish(o: torch.Tensor, S: torch.Tensor, dtype: torch.dtype, output_final_state: bool):
     return o.to(dtype), (S if output_final_state else None)
+
+
+def _prefix(x: DeltaInputs, p: int) -> DeltaInputs:
+    """The inputs at positions < p (same initial state)."""
+    head = lambda t: None if t is None else t[:, :p]  # noqa: E731
+    return x._replace(q=head(x.q), k=head(x.k), v=head(x.v), log_alpha=head(x.log_alpha), beta=head(x.beta))
+
+
+def _isolated(form, x: DeltaInputs) -> tuple[torch.Tensor, torch.Tensor]:
+    """``form(x)`` -> (o, S) for a chunk form, with a non-finite input at p kept from reaching o_{<p}
+    (``isolation.py``: recomputed from the inputs before p when the final state is not finite).
+    An empty batch (B = 0) returns empty outputs and the (empty) initial state."""
+    if x.q.shape[0] == 0:
+        return x.v.new_empty(*x.v.shape), x.state
+    o, S = form(x)
+    if spread_possible(S) and not spread_possible(x.state):
+        p = first_non_finite(x.q, x.k, x.v, x.log_alpha, x.beta)
+        o = keep_finite_prefix(o, p, lambda p: form(_prefix(x, p))[0])
+    return o, S
 
 
 def _longhorn_step_size(x: DeltaInputs) -> DeltaInputs:
@@ -149,7 +168,7 @@ def chunk_delta_rule(q, k, v, *, log_alpha=None, beta=None, scale=None,
     """
     x = _prepare("chunk_delta_rule", q, k, v, log_alpha, beta, scale, initial_state, per_key=False)
     C = check_chunk_size("chunk_delta_rule", chunk_size, default_chunk_size(x.q.shape[-1]))
-    return _finish(*chunk_scalar_decay(x, C), q.dtype, output_final_state)
+    return _finish(*_isolated(lambda x: chunk_scalar_decay(x, C), x), q.dtype, output_final_state)
 
 
 def chunk_longhorn(q, k, v, *, log_alpha=None, beta=None, scale=None,
@@ -157,24 +176,21 @@ def chunk_longhorn(q, k, v, *, log_alpha=None, beta=None, scale=None,
     """Chunkwise Longhorn: ``chunk_delta_rule`` with ε_t = β_t / (1 + β_t ‖k_t‖²)."""
     x = _prepare("chunk_longhorn", q, k, v, log_alpha, beta, scale, initial_state, per_key=False)
     C = check_chunk_size("chunk_longhorn", chunk_size, default_chunk_size(x.q.shape[-1]))
-    return _finish(*chunk_scalar_decay(_longhorn_step_size(x), C), q.dtype, output_final_state)
+    return _finish(*_isolated(lambda x: chunk_scalar_decay(x, C), _longhorn_step_size(x)), q.dtype,
+                   output_final_state)
 
 
 def chunk_delta_rule_joint(q, k, v, *, log_alpha=None, beta=None, scale=None,
                            initial_state=None, output_final_state=False, chunk_size=None):
     """Chunkwise joint variant; same semantics as ``recurrent_delta_rule_joint``.
 
-    Scalar (or no) decay: the exact reparametrisation β → β/α, v → α·v onto the
-    gated delta rule (module docstring). Per-key decay: the diagonal-plus-rank-one
-    chunk form ``chunk_key_decay`` with the erase reading S_{t−1}.
+    Scalar (or no) decay: ``chunk_scalar_decay`` with the erase reading S_{t−1}; per-key decay:
+    the diagonal-plus-rank-one chunk form ``chunk_key_decay``, likewise.
     """
     x = _prepare("chunk_delta_rule_joint", q, k, v, log_alpha, beta, scale, initial_state, per_key=True)
     C = check_chunk_size("chunk_delta_rule_joint", chunk_size, default_chunk_size(x.q.shape[-1]))
-    if x.log_alpha is not None and x.log_alpha.dim() == 4:
-        return _finish(*chunk_key_decay(x, C, erase_reads_decayed=False), q.dtype, output_final_state)
-    if x.log_alpha is not None:
-        x = x._replace(beta=x.beta * (-x.log_alpha).exp(), v=x.v * x.log_alpha.exp()[..., None])
-    return _finish(*chunk_scalar_decay(x, C), q.dtype, output_final_state)
+    form = chunk_key_decay if x.log_alpha is not None and x.log_alpha.dim() == 4 else chunk_scalar_decay
+    return _finish(*_isolated(lambda x: form(x, C, erase_reads_decayed=False), x), q.dtype, output_final_state)
 
 
 # --------------------------------------------------------------------------------------------
@@ -196,6 +212,5 @@ def chunk_kda(q, k, v, *, log_alpha=None, beta=None, scale=None,
     """Chunkwise KDA; same semantics as ``recurrent_kda`` (per-key decay: ``chunk_key_decay``)."""
     x = _prepare("chunk_kda", q, k, v, log_alpha, beta, scale, initial_state, per_key=True)
     C = check_chunk_size("chunk_kda", chunk_size, default_chunk_size(x.q.shape[-1]))
-    if x.log_alpha is not None and x.log_alpha.dim() == 4:
-        return _finish(*chunk_key_decay(x, C, erase_reads_decayed=True), q.dtype, output_final_state)
-    return _finish(*chunk_scalar_decay(x, C), q.dtype, output_final_state)
+    form = chunk_key_decay if x.log_alpha is not None and x.log_alpha.dim() == 4 else chunk_scalar_decay
+    return _finish(*_isolated(lambda x: form(x, C, erase_reads_decayed=True), x), q.dtype, output_final_state)

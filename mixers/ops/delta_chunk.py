@@ -37,9 +37,19 @@ state term of (2) is read inside the loop from one running state (``_carry_read`
 ``_fold_plan``: three small matmuls per chunk, no scale, no stored states), the same
 values to rounding.
 
-Numerics (log_alpha ≤ 0): every exponent evaluated is a difference
-G_later − G_earlier ≤ 0, so nothing overflows whatever the decay; a factor
-underflows to 0 only when the true weight is below the dtype's tiny. Per-key
+Numerics (log_alpha ≤ 0): log α is first raised to the dtype's underflow floor
+(``decay.floor_log_decay``: α and its gradient are exactly 0 below it anyway), so
+every G is finite, down to α = 0 (log α = −inf). Every exponent evaluated is a
+difference G_later − G_earlier ≤ 0, so nothing overflows whatever the decay; a factor
+underflows to 0 only when the true weight is below the dtype's tiny. The erase of the
+joint variant reads E_t = G_{t−1} exactly (a shift of G, no division by α). Scalar
+decay takes its exponents as float64 differences of float64 prefix sums, rounded once
+(``decay.segment_sums``), so each is accurate relative to its own size: float32
+outputs stay within ~1e-6 relative of float64 for any decay (measured: 3.6e-5 at
+log α down to −1e4 and 1.5e-2 at −1e6 when the differences were taken in float32).
+Per-key exponents are float32 differences of float32 prefix sums of the floored
+log α, |G| ≤ C·105, so their error is bounded by ~C·105·eps (measured ≤ 2e-5 relative
+for any decay). Per-key
 decay cannot factor A or P as (k e^{E}) (k e^{−G})ᵀ stably (e^{−G} overflows
 under strong decay). Instead each chunk is split into sub-chunks of s tokens
 (the largest divisor of C that is ≤ 16): diagonal [s, s] blocks get the explicit
@@ -49,7 +59,6 @@ sub-chunk j − 1: (x_t e^{E_t − r_j}) · (k_s e^{r_j − G_s}), both exponent
 Memory is O(T·(C/s + s)·K) per head for the pairwise terms; no [T, T] tensor.
 The folded carry divides by the decay within a segment of chunks whose decay
 stays above e^{−limit} (``_fold_plan``), so its factors stay within e^{±2·limit}.
-log_alpha must be finite (α = 0 exactly gives NaN in the differences).
 """
 from __future__ import annotations
 
@@ -63,6 +72,7 @@ import torch.nn.functional as F
 from . import groups
 from .chunking import chunks
 from .contract import autocast_off
+from .decay import floor_log_decay, segment_sums
 from .inplace import records_grad, scaled
 
 __all__ = ["DeltaInputs", "chunk_scalar_decay", "chunk_key_decay", "chunk_low_rank", "default_chunk_size"]
@@ -317,19 +327,38 @@ def _over_groups(group_fn, x: DeltaInputs, C: int):
     return o, S.reshape(B, H, K, -1)
 
 
-def chunk_scalar_decay(x: DeltaInputs, C: int):
-    """Gated delta rule S_t = α_t (I − β_t k kᵀ) S_{t−1} + β_t k vᵀ with scalar (or no) decay, chunkwise.
+def chunk_scalar_decay(x: DeltaInputs, C: int, *, erase_reads_decayed: bool = True):
+    """Delta rule with scalar (or no) decay, chunkwise (eqs. 1-3): S_t = α_t S_{t−1} + k_t u_tᵀ.
 
+    erase_reads_decayed=True: Gated DeltaNet, u_t = β_t (v_t − (α_t S_{t−1})ᵀ k_t), i.e.
+    S_t = α_t (I − β_t k kᵀ) S_{t−1} + β_t k vᵀ. False: the joint variant, u_t = β_t (v_t − S_{t−1}ᵀ k_t),
+    i.e. S_t = (α_t I − β_t k kᵀ) S_{t−1} + β_t k vᵀ.
     x: q, k [B, T, H, K]; v [B, T, H, V]; log_alpha None or [B, T, H]; beta [B, T, H]; state
     [B, H, K, V]; o_t = S_tᵀ (scale · q_t). Returns o [B, T, H, V] and the final state [B, H, K, V].
-    When no gradient is recorded the chunked copies are overwritten in place (same values).
+    log_alpha is raised to the dtype's underflow floor (``decay.floor_log_decay``: same α, finite
+    exponents). When no gradient is recorded the chunked copies are overwritten in place (same values).
     """
     in_place = not records_grad(x.q, x.k, x.v, x.log_alpha, x.beta, x.state)
-    group = functools.partial(_scalar_decay_group, in_place=in_place)
-    return _over_groups(group, x, C)
+    group = functools.partial(_scalar_decay_group, in_place=in_place, erase_reads_decayed=erase_reads_decayed)
+    return _over_groups(group, x._replace(log_alpha=floor_log_decay(x.log_alpha)), C)
 
 
-def _scalar_decay_group(q, k, v, log_alpha, beta, S, out, scale: float, C: int, *, in_place: bool = False):
+def _erase_decay(A: torch.Tensor, D: torch.Tensor, in_place: bool, erase_reads_decayed: bool) -> torch.Tensor:
+    """A ⊙ the erase's pairwise decay, A and D: [N, BH, C, C] (only the strictly lower part of A is used).
+
+    Gated DeltaNet: A_ts e^{g_t − g_s} = A ⊙ D. Joint: A_ts e^{g_{t−1} − g_s}, i.e. row t of A times row
+    t − 1 of D (row 0 has no strictly lower entry and is left as it is).
+    """
+    if erase_reads_decayed:
+        return scaled(A, D, in_place)
+    if in_place:
+        A[..., 1:, :].mul_(D[..., :-1, :])
+        return A
+    return torch.cat([A[..., :1, :], A[..., 1:, :] * D[..., :-1, :]], dim=-2)
+
+
+def _scalar_decay_group(q, k, v, log_alpha, beta, S, out, scale: float, C: int, *, in_place: bool = False,
+                        erase_reads_decayed: bool = True):
     """``chunk_scalar_decay`` on one group of tokens; S: [BH, K, V]. Writes o into out [B, t, H, V], returns S.
 
     in_place: overwrite the chunked copies and intermediates (forward without autograd).
@@ -342,22 +371,26 @@ def _scalar_decay_group(q, k, v, log_alpha, beta, S, out, scale: float, C: int, 
     P = q @ k.mT  # (N, BH, C, C): scale · q_tᵀ k_s
     a, plan = None, None  # per-chunk state decay e^{g_C}; the folded carry's plan
     if log_alpha is not None:
-        g = chunks(log_alpha, C).flatten(1, 2).cumsum(-1)[..., None]  # (N, BH, C, 1) log decay since the chunk start
-        # D_ts = e^{g_t − g_s} for s ≤ t (exponent ≤ 0); the clamp makes the unused upper triangle e^0 = 1:
-        # the solve reads only the strictly lower part of A, and P is made causal by tril_
-        D = (g - g.mT).clamp_(max=0.0).exp_()  # (N, BH, C, C)
-        A, P = scaled(A, D, in_place), scaled(P, D, in_place)  # A = diag(β) (K Kᵀ ⊙ D); P = (Q Kᵀ) ⊙ D
+        la = chunks(log_alpha, C).flatten(1, 2)  # (N, BH, C)
+        g = la.to(torch.float64).cumsum(-1)[..., None]  # (N, BH, C, 1) log decay since the chunk start, float64
+        # D_ts = e^{g_t − g_s} for s ≤ t, each exponent a float64 difference rounded once (decay.py), so it is
+        # accurate relative to its own size whatever decay came before; 1 above the diagonal: the solve reads
+        # only the strictly lower part of A, and P is made causal by tril_
+        D = segment_sums(la).exp_()  # (N, BH, C, C)
+        A = _erase_decay(A, D, in_place, erase_reads_decayed)  # A = diag(β) (K Kᵀ ⊙ D) (joint: D shifted a row)
+        P = scaled(P, D, in_place)  # P = (Q Kᵀ) ⊙ D
         del D  # every [N, BH, ·, ·] intermediate is dropped as soon as it is used up (a smaller heap to fault in)
-        a = g[..., -1:, :].exp()  # (N, BH, 1, 1)
+        g_end = g[..., -1:, :]  # (N, BH, 1, 1) log decay of the whole chunk
+        a = g_end.exp().to(q.dtype)  # (N, BH, 1, 1)
         # without autograd the carry keeps S / D (``_carry_read`` with a plan): D_n in e^{g}, 1 / D_{n+1} in e^{g_C − g}
-        plan = _fold_plan(g[:, :, -1, 0]) if in_place else None
+        plan = _fold_plan(g_end[:, :, 0, 0].to(q.dtype)) if in_place else None
         d_in, d_out = (0.0, 0.0) if plan is None else (plan.d_in[..., None, None], plan.d_out[..., None, None])
-        e_g = (g + d_in).exp()  # (N, BH, C, 1)
-        k_beta = scaled(k_beta, e_g, in_place)  # β e^{g} ⊙ K: the erase reads the decayed state
-        q = scaled(q, e_g, in_place)  # scale e^{g} ⊙ Q: the state read
-        k = scaled(k, (g[..., -1:, :] - g - d_out).exp_(), in_place)  # e^{g_C − g} ⊙ K: the state write
+        E = g if erase_reads_decayed else F.pad(g[..., :-1, :], (0, 0, 1, 0))  # decay the erase sees: g_t or g_{t−1}
+        k_beta = scaled(k_beta, (E + d_in).exp().to(q.dtype), in_place)  # β e^{E} ⊙ K
+        q = scaled(q, (g + d_in).exp().to(q.dtype), in_place)  # scale e^{g} ⊙ Q: the state read
+        k = scaled(k, (g_end - g - d_out).exp().to(q.dtype), in_place)  # e^{g_C − g} ⊙ K: the state write
     P = P.tril_()  # causal
-    # 1. UT transform, all chunks at once: [U | W] = T [β ⊙ V | β e^{g} ⊙ K]
+    # 1. UT transform, all chunks at once: [U | W] = T [β ⊙ V | β e^{E} ⊙ K]
     U, W = _UnitLowerSolve.apply(A, scaled(v, beta, in_place), k_beta)  # (N, BH, C, V), (N, BH, C, K)
     del A, v, k_beta
     # 2. sequential over chunks: u = U − W S_[n], the state carry (eq. 3) and 3. the read (eq. 2)
@@ -409,7 +442,7 @@ def chunk_key_decay(x: DeltaInputs, C: int, *, erase_reads_decayed: bool):
     Returns o [B, T, H, V] and the final state [B, H, K, V].
     """
     group = functools.partial(_key_decay_group, erase_reads_decayed=erase_reads_decayed)
-    return _over_groups(group, x, C)
+    return _over_groups(group, x._replace(log_alpha=floor_log_decay(x.log_alpha)), C)
 
 
 def _key_decay_group(q, k, v, log_alpha, beta, S, out, scale: float, C: int, *, erase_reads_decayed: bool):
@@ -417,7 +450,8 @@ def _key_decay_group(q, k, v, log_alpha, beta, S, out, scale: float, C: int, *, 
     q, k, v, la = (chunks(x, C).flatten(1, 2) for x in (q * scale, k, v, log_alpha))  # (N, BH, C, K|V)
     beta = chunks(beta, C).flatten(1, 2)[..., None]  # (N, BH, C, 1)
     G = la.cumsum(-2)  # (N, BH, C, K) inclusive log decay since the chunk start
-    E = G if erase_reads_decayed else G - la  # (N, BH, C, K) decay seen by the erase
+    E = G if erase_reads_decayed else F.pad(G[..., :-1, :], (0, 0, 1, 0))  # (N, BH, C, K) decay the erase sees:
+    # G_t, or exactly G_{t−1} (a shift, not G − la, which would cancel under strong decay)
     s = _sub_chunk(C)
     # 1. UT transform: A_ts = β_t Σ k_t k_s e^{E_t − G_s} (s < t), erase keys e^{E} ⊙ K
     A = _pairwise(k, E, k, G, s, strict=True) * beta  # (N, BH, C, C)

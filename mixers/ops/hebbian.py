@@ -38,7 +38,8 @@ intra-chunk weights e^{g_i − g_j} have two exact paths, chosen per group of ch
   difference, an exponent carries an error of about |g|·eps (≤ 22·eps), so weights are
   exact to ~1e-6 relative in float32.
 * explicit, otherwise (strong decay): every exponent is a direct partial sum of log α
-  (scalar: segment sums Σ_{j<s≤i} as float64 differences of prefix sums, rounded once, suffix sums
+  (scalar: segment sums Σ_{j<s≤i} as float64 differences of prefix sums, rounded once
+  (``decay.segment_sums``), suffix sums
   Σ_{s>j} their last row; per key: suffix sums by a reversed cumsum),
   so its error scales with its own size, not with the chunk's total decay. Scalar decay
   builds the [C, C] matrix D; per-key decay builds each chunk's [C, C] weight matrix by
@@ -47,8 +48,10 @@ intra-chunk weights e^{g_i − g_j} have two exact paths, chosen per group of ch
   underflows to 0 only when its true value is below the dtype's tiny.
 
 No [T, T] tensor is formed anywhere: memory is O(T·(C + K·V / C)) per head.
-log α = −inf (α = 0 exactly) gives NaN; positive log_alpha (growth) is accepted,
-but the explicit path is then only safe while e^{Σ log α} over a chunk stays in range.
+log α below the dtype's underflow floor (α exactly 0, down to −inf) is raised to the
+floor (``decay.floor_log_decay``: the same α and gradients, finite exponents), so the chunk
+form is finite wherever the recurrence is. Positive log_alpha (growth) is accepted, but
+the explicit path is then only safe while e^{Σ log α} over a chunk stays in range.
 The backward is autograd's, except for the chunk-to-chunk state carry, which has a
 hand-written reverse loop (``_CarryStates``; first-order gradients only).
 
@@ -68,7 +71,9 @@ from torch.autograd.function import once_differentiable
 from . import groups
 from .chunking import chunks
 from .contract import autocast_off, check_chunk_size, check_matrix_inputs
+from .decay import floor_log_decay, segment_sums
 from .inplace import records_grad, scaled
+from .isolation import first_non_finite, keep_finite_prefix, spread_possible
 
 __all__ = ["recurrent_hebbian", "chunk_hebbian", "default_chunk_size"]
 
@@ -136,43 +141,11 @@ def _suffix_sum(x: torch.Tensor, dim: int) -> torch.Tensor:
     return torch.cat([inclusive.narrow(dim, 1, x.shape[dim] - 1), torch.zeros_like(x.narrow(dim, 0, 1))], dim)
 
 
-class _SegmentSums(torch.autograd.Function):
-    """Segment sums [..., C] -> [..., C, C]: [i, j] = Σ_{j<s≤i} la_s for i ≥ j, 0 above the diagonal.
-
-    Forward: differences of prefix sums taken in float64 (for float32 or narrower la) and
-    rounded once. The float64 prefix sums carry an absolute error ~|Σ la|·1e-16, far below
-    the float32 rounding of the segment sum itself, so each entry is accurate relative to its
-    own size (as a masked cumsum would be), at the cost of one [C, C] pass written straight in
-    la's dtype. float64 la: the plain difference, exponent error ~|Σ la|·eps64.
-    Backward, from g_i − g_j with g = cumsum(la): dg = rowsum − colsum of the lower triangle
-    of the incoming gradient, dla = suffix sums of dg (no [C, C] float64 tensor is kept).
-    """
-
-    @staticmethod
-    def forward(ctx, la):
-        wide = torch.float64 if la.dtype != torch.float64 else la.dtype
-        g = la.to(wide).cumsum(-1)  # (..., C) prefix sums, inclusive
-        out = la.new_empty(*la.shape, la.shape[-1])
-        torch.sub(g[..., :, None], g[..., None, :], out=out)  # computed in float64, stored in la's dtype
-        return out.tril_()  # the upper triangle (future) becomes e^0, masked by the caller
-
-    @staticmethod
-    @once_differentiable
-    @autocast_off
-    def backward(ctx, grad):
-        lower = grad.tril()  # (..., C, C)
-        dg = lower.sum(-1) - lower.sum(-2)  # ∂/∂g_i of Σ_ij G_ij (g_i − g_j)
-        return dg.flip(-1).cumsum(-1).flip(-1)  # dla_s = Σ_{t≥s} dg_t
-
-
-_segment_sums = _SegmentSums.apply
-
-
 def _intra_scalar(q, k, v, d, scale, in_place=False):
     """Intra-chunk term scale · (Q Kᵀ ⊙ D) V with D_ij = e^{Σ_{j<s≤i} log α_s} [i ≥ j] (eq. A.7).
 
     q, k: [N, B, H, C, K]; v: [N, B, H, C, V]; d: None (no decay) or [N, B, H, C, C], the
-    weights e^{segment sums} (``_SegmentSums``; any values above the diagonal, masked here).
+    weights e^{segment sums} (``decay.segment_sums``; any values above the diagonal, masked here).
     in_place: weight the fresh Q Kᵀ product in place (no autograd).
     """
     A = _bmm(q, k.transpose(-1, -2), alpha=scale)  # (N, B, H, C, C)
@@ -304,7 +277,7 @@ def _chunks_forward(q, k, v, beta, la, S0, scale, in_place=False):
             intra = _intra_per_key(q, kc, v, la, scale)
             e_suffix = _suffix_sum(la, dim=-2).exp()  # (N, B, H, C, K): e^{Σ_{s>j} log α_s}
         else:
-            d = _segment_sums(la).exp_()  # (N, B, H, C, C): e^{Σ_{j<s≤i} log α_s}, 1 above the diagonal
+            d = segment_sums(la).exp_()  # (N, B, H, C, C): e^{Σ_{j<s≤i} log α_s}, 1 above the diagonal
             intra = _intra_scalar(q, kc, v, d, scale, in_place)
             e_suffix = d[..., -1, :, None].clone()  # (N, B, H, C, 1): row C, e^{Σ_{s>j} log α_s}
             del d  # the [C, C] weights are used up: a smaller heap to fault back in on the next call
@@ -332,7 +305,8 @@ def chunk_hebbian(q, k, v, *, log_alpha=None, beta=None, scale=None,
     Cost O(T·C·(K + V)) flops in batched matmuls plus a python loop over T / C chunks
     for the state carry; memory O(T·(C + K·V / C)) (no [T, T] tensor). Long sequences run
     in groups of whole chunks (``groups.py``: cache-sized intermediates, same result).
-    Numerics: module docstring.
+    Numerics: module docstring. A non-finite input at position p never reaches o_{<p}
+    (``isolation.py``).
     Returns o [B, T, H, V] (dtype of q) and S [B, H, K, V] if output_final_state else None.
     """
     cd = check_matrix_inputs("chunk_hebbian", q, k, v, log_alpha, beta, scale, initial_state, per_key=True)
@@ -341,6 +315,8 @@ def chunk_hebbian(q, k, v, *, log_alpha=None, beta=None, scale=None,
     V = v.shape[-1]
     scale = K ** -0.5 if scale is None else scale
     S0 = q.new_zeros(B, H, K, V, dtype=cd) if initial_state is None else initial_state.to(cd)
+    if B == 0:  # an empty batch: empty outputs
+        return v.new_empty(B, T, H, V), (S0 if output_final_state else None)
     in_place = not records_grad(q, k, v, log_alpha, beta, initial_state)
 
     def group(q, k, v, log_alpha, beta, S, out):  # one group of whole chunks (groups.py), t tokens
@@ -348,11 +324,18 @@ def chunk_hebbian(q, k, v, *, log_alpha=None, beta=None, scale=None,
         qc, kc = chunks(q, C, copy=False).to(cd), chunks(k, C, copy=False).to(cd)  # views (N, B, H, C, K)
         vc = chunks(v, C).to(cd)  # (N, B, H, C, V)
         bc = None if beta is None else chunks(beta, C).to(cd)[..., None]  # (N, B, H, C, 1)
-        la = None if log_alpha is None else chunks(log_alpha, C).to(cd)  # (N, B, H, C[, K])
+        la = None if log_alpha is None else floor_log_decay(chunks(log_alpha, C).to(cd))  # (N, B, H, C[, K])
         o, S = _chunks_forward(qc, kc, vc, bc, la, S, scale, in_place)  # (N, B, H, C, V)
         groups.write_chunks(out, o.permute(1, 0, 3, 2, 4))  # (B, N, C, H, V) -> out (B, t, H, V)
         return S
 
     o, S = groups.over_groups(group, (q, k, v, log_alpha, beta), S0, groups.group_step(chunk_size),
                               q.new_empty(B, T, H, V, dtype=cd))
-    return o.to(v.dtype), (S if output_final_state else None)
+    o = o.to(v.dtype)
+    if spread_possible(S) and not spread_possible(S0):  # a non-finite input stays out of earlier outputs
+        p = first_non_finite(q, k, v, log_alpha, beta)
+        o = keep_finite_prefix(o, p, lambda p: chunk_hebbian(
+            q[:, :p], k[:, :p], v[:, :p], log_alpha=None if log_alpha is None else log_alpha[:, :p],
+            beta=None if beta is None else beta[:, :p], scale=scale, initial_state=initial_state,
+            chunk_size=chunk_size)[0])
+    return o, (S if output_final_state else None)

@@ -104,7 +104,7 @@ def test_float32_forms_agree():
 
 
 @pytest.mark.parametrize("bad,match", [
-    (dict(k=torch.zeros(2, 9, 3, 8), v=torch.zeros(2, 9, 3, 6)), "multiple of kv heads"),
+    (dict(k=torch.zeros(2, 9, 3, 8), v=torch.zeros(2, 9, 3, 6)), "multiple of the kv heads"),
     (dict(k=torch.zeros(2, 8, 2, 8)), "k must be"),
     (dict(window=0), "window"),
     (dict(initial_state=(torch.zeros(2, 2, 3, 5), torch.zeros(2, 2, 3, 6))), "initial_state"),

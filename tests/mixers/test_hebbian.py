@@ -161,7 +161,7 @@ def test_gradcheck(form, decay):
 
 
 @pytest.mark.parametrize("bad, match", [
-    (dict(q=torch.zeros(2, 5, 2)), "q must have rank 4"),
+    (dict(q=torch.zeros(2, 5, 2)), r"q must be \[B, T, H, K\] \(rank 4\)"),
     (dict(k=torch.zeros(2, 6, 2, 8)), "k must have the shape of q"),
     (dict(v=torch.zeros(2, 5, 3, 12)), "v must be"),
     (dict(v=torch.zeros(1, 5, 2, 12)), "v must be"),
@@ -169,7 +169,7 @@ def test_gradcheck(form, decay):
     (dict(log_alpha=torch.zeros(2, 5)), r"log_alpha must be None or \[B, T, H\] or \[B, T, H, K\]"),
     (dict(beta=torch.zeros(2, 5, 3)), "beta must be"),
     (dict(initial_state=torch.zeros(2, 2, 12, 8)), "initial_state must be"),
-    (dict(q=torch.zeros(2, 5, 2, 8, dtype=torch.int64)), "q must have a floating dtype"),
+    (dict(q=torch.zeros(2, 5, 2, 8, dtype=torch.int64)), r"q \[B, T, H, K\] must have a floating dtype"),
     (dict(log_alpha=torch.zeros(2, 5, 2, dtype=torch.int32)), "log_alpha must be None or a floating tensor"),
     (dict(scale="1"), "scale must be a number"),
     (dict(chunk_size=0), r"chunk_size must be None \(the op's default\) or a positive int"),
