@@ -58,7 +58,8 @@ class Lp(Axis):
     """ℓ = ‖f_M(k) − v‖_p^p (Moneta-style); ∇ = p·sign(e)|e|^{p−1} kᵀ, e = f(k) − v."""
 
     kind: Literal["lp"] = "lp"
-    p: float = Field(..., gt=1.0, description="exponent p > 1 (p = 1 is not differentiable at 0)")
+    p: float = Field(..., gt=1.0, le=32.0, description="exponent 1 < p ≤ 32 (p = 1 is not differentiable at 0; "
+                     "beyond 32, |e|^(p−1) overflows float32 once |e| > e^(88.7/31) ≈ 17)")
 
     def loss(self, pred: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         return (pred - v).abs().pow(self.p).sum()

@@ -24,7 +24,7 @@ State = tuple[torch.Tensor, ...]
 class Axis(BaseModel):
     """Base of every axis value (memory, bias, retention, optimizer): immutable, unknown fields rejected."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # every float finite
 
 
 class Matrix(Axis):

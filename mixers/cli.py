@@ -15,8 +15,11 @@ import json
 import sys
 from pathlib import Path
 
+import yaml
+
 from assocmem.memories import derive
 
+from .cli_types import positive_int
 from .lower import APPROXIMATE, available_forms
 from .presets import PUBLISHED_LAYERS, get_preset, list_presets
 from .spec import MixerSpec
@@ -51,7 +54,7 @@ def register_verify(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-large", dest="large", action="store_false",
                    help="skip the second, larger shape (T=1000, K=32, V=48; minutes, most of it the derived "
                         "recurrence and compiling the scan forms)")
-    p.add_argument("--seq-len", type=int, default=70, help="sequence length T of the random inputs (default 70)")
+    p.add_argument("--seq-len", type=positive_int, default=70, help="sequence length T of the random inputs (default 70)")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=verify_main)
 
@@ -59,9 +62,12 @@ def register_verify(sub: argparse._SubParsersAction) -> None:
 def resolve_spec(name: str, command: str) -> MixerSpec:
     """The spec of a preset name / alias or a YAML/JSON file; SystemExit naming ``command`` otherwise."""
     if name.endswith((".yaml", ".yml", ".json")):
-        if not Path(name).exists():
+        if not Path(name).is_file():
             raise SystemExit(f"{command}: spec file {name!r} does not exist")
-        return MixerSpec.from_yaml(Path(name))
+        try:
+            return MixerSpec.from_yaml(Path(name))
+        except (ValueError, yaml.YAMLError) as exc:  # pydantic's ValidationError is a ValueError
+            raise SystemExit(f"{command}: {name} is not a valid MixerSpec: {exc}") from None
     try:
         return get_preset(name)
     except KeyError as exc:

@@ -40,7 +40,7 @@ OptimizerField = Annotated[GD | RetainThenGD | Implicit | Momentum | ClosedForm,
 class AttentionOptions(BaseModel):
     """Options of the softmax-attention module (NonParametric memory) only."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # every float finite
 
     num_kv_heads: int | None = Field(None, gt=0, description="KV heads for GQA (None → num_heads)")
     rope: bool | SRPEOptions = Field(
@@ -66,7 +66,7 @@ class AttentionOptions(BaseModel):
 class SCAOptions(BaseModel):
     """Options of the SCA module (Spectral memory) only; mixers/sca.py names them in its docstring."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # every float finite
 
     expand: float = Field(1.5, gt=0, description="d_inner = d_model · expand sets the channels per head")
     out_expand: int = Field(3, gt=0, description="readout GLU width E = out_expand · channels per head")
@@ -123,7 +123,7 @@ class LayerOptions(BaseModel):
     log α = Δ·A share Mamba2's Δ.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # every float finite
 
     # shared by every module kind
     num_heads: int = Field(4, gt=0, description="H, memory heads")
@@ -214,7 +214,7 @@ for _key in FLAT_KEYS:
 class MixerSpec(BaseModel):
     """A sequence mixer: four axes of the online objective plus layer options."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # every float finite
 
     name: str | None = Field(None, description="optional label (preset name or your own)")
     memory: MemoryField = Field(default_factory=Matrix, description="memory representation M")

@@ -64,7 +64,7 @@ _PAR = re.compile(r"^(par\([^()]*\))(?:\*(\d+))?$")
 class HybridConfig(BaseModel):
     """A hybrid language model: width, vocabulary and the mixer of every layer."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # every float finite
 
     name: str | None = Field(None, description="optional label (preset name or your own)")
     d_model: int = Field(256, gt=0, description="residual stream width")

@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from assocmem.memories.deprecation import moved, names_in
+from assocmem.mixers.cli_types import non_negative_float, positive_float, positive_int
 
 from . import (eval_cli, experiment_hybrid, experiment_niah, experiment_tts, experiment_wiola, grokking, leak,
                sounding, wiola_claims)
@@ -54,12 +55,12 @@ def _graph_parser(sub) -> None:
     g = sub.add_parser("graph-tracing", help="in-context graph tracing (Park et al. 2025): PCA, energy, accuracy")
     g.add_argument("model", help="saved model folder / run folder, or a model preset name")
     g.add_argument("--graph", nargs="+", default=["grid"], choices=["grid", "ring", "hex"], help="graph(s)")
-    g.add_argument("--walks", type=int, default=16, help="walks in the batch (default 16)")
-    g.add_argument("--length", type=int, default=1200, help="walk length in tokens (default 1200)")
-    g.add_argument("--window", type=int, default=50, help="trailing window W of the class means (default 50)")
-    g.add_argument("--pca-window", type=int, default=None, help="window of the PCA class means (default W)")
-    g.add_argument("--pca-contexts", type=int, nargs="+", default=None, help="context lengths of PCA panels")
-    g.add_argument("--batch-size", type=int, default=4, help="walks per forward (default 4)")
+    g.add_argument("--walks", type=positive_int, default=16, help="walks in the batch (default 16)")
+    g.add_argument("--length", type=positive_int, default=1200, help="walk length in tokens (default 1200)")
+    g.add_argument("--window", type=positive_int, default=50, help="trailing window W of the class means (default 50)")
+    g.add_argument("--pca-window", type=positive_int, default=None, help="window of the PCA class means (default W)")
+    g.add_argument("--pca-contexts", type=positive_int, nargs="+", default=None, help="context lengths of PCA panels")
+    g.add_argument("--batch-size", type=positive_int, default=4, help="walks per forward (default 4)")
     add_common_flags(g)
     g.set_defaults(func=lambda a: _run(_graph_tracing, a))
 
@@ -89,14 +90,14 @@ def _recall_parser(sub) -> None:
     r.add_argument("--models", nargs="*", default=[], help="saved model folders / run folders to evaluate")
     r.add_argument("--train-mixers", nargs="*", default=[], help="also train 2-layer MLP-free models of these "
                    "mixers (names/aliases of assocmem.mixers, e.g. gdn attn mamba2)")
-    r.add_argument("--d-models", type=int, nargs="+", default=[32, 64], help="widths of the trained models")
-    r.add_argument("--train-kv-pairs", type=int, default=8, help="K of the training data (default 8)")
-    r.add_argument("--steps", type=int, default=500, help="training steps per model (default 500)")
-    r.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (default 3e-3)")
-    r.add_argument("--seq-len", type=int, default=64, help="MQAR sequence length L (default 64)")
-    r.add_argument("--num-kv-pairs", type=int, nargs="+", default=[2, 4, 8, 16], help="K values evaluated")
-    r.add_argument("--vocab-size", type=int, default=256, help="MQAR vocabulary (default 256)")
-    r.add_argument("--examples", type=int, default=256, help="test examples per K (default 256)")
+    r.add_argument("--d-models", type=positive_int, nargs="+", default=[32, 64], help="widths of the trained models")
+    r.add_argument("--train-kv-pairs", type=positive_int, default=8, help="K of the training data (default 8)")
+    r.add_argument("--steps", type=positive_int, default=500, help="training steps per model (default 500)")
+    r.add_argument("--lr", type=positive_float, default=3e-3, help="peak learning rate (default 3e-3)")
+    r.add_argument("--seq-len", type=positive_int, default=64, help="MQAR sequence length L (default 64)")
+    r.add_argument("--num-kv-pairs", type=positive_int, nargs="+", default=[2, 4, 8, 16], help="K values evaluated")
+    r.add_argument("--vocab-size", type=positive_int, default=256, help="MQAR vocabulary (default 256)")
+    r.add_argument("--examples", type=positive_int, default=256, help="test examples per K (default 256)")
     add_common_flags(r)
     r.set_defaults(func=lambda a: _run(_recall, a))
 
@@ -129,8 +130,8 @@ def _causality_parser(sub) -> None:
     c = sub.add_parser("causality", help="perturb-the-future check: first leaking position and max leak")
     c.add_argument("targets", nargs="+", help="mixer preset names, spec YAML/JSON files, 'all-presets', "
                    "model folders or model preset names")
-    c.add_argument("--seq-len", type=int, default=19, help="sequence length (default 19)")
-    c.add_argument("--atol", type=float, default=0.0, help="allowed change (default 0: bit-identical)")
+    c.add_argument("--seq-len", type=positive_int, default=19, help="sequence length (default 19)")
+    c.add_argument("--atol", type=non_negative_float, default=0.0, help="allowed change (default 0: bit-identical)")
     c.add_argument("--ops", action="store_true", help="also check every exact form of each mixer spec's op")
     c.add_argument("--modes", nargs="+", choices=["eval", "train"], default=["eval"],
                    help="modes to check models in (default eval; add train for layers that run in training only, "
@@ -186,10 +187,10 @@ def _capacity_parser(sub) -> None:
     c = sub.add_parser("capacity", help="retrieval error vs number of stored random pairs at a fixed state size")
     c.add_argument("specs", nargs="*", help="mixer preset names or spec YAML/JSON files "
                    "(default: linear_attention, deltanet, sca, softmax)")
-    c.add_argument("--num-pairs", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64, 128, 256])
-    c.add_argument("--key-dim", type=int, default=32, help="K (default 32)")
-    c.add_argument("--value-dim", type=int, default=32, help="V (default 32); state budget K·V per head")
-    c.add_argument("--trials", type=int, default=8, help="independent sets of pairs (default 8)")
+    c.add_argument("--num-pairs", type=positive_int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64, 128, 256])
+    c.add_argument("--key-dim", type=positive_int, default=32, help="K (default 32)")
+    c.add_argument("--value-dim", type=positive_int, default=32, help="V (default 32); state budget K·V per head")
+    c.add_argument("--trials", type=positive_int, default=8, help="independent sets of pairs (default 8)")
     c.add_argument("--form", default="auto", help="op form used for writes/reads (default auto)")
     add_common_flags(c)
     c.set_defaults(func=lambda a: _run(_capacity, a))

@@ -14,6 +14,8 @@ import argparse
 import json
 from pathlib import Path
 
+from assocmem.mixers.cli_types import positive_int
+
 USER_SPEC = {
     "name": "huber_key_momentum",
     "memory": {"kind": "matrix"},
@@ -26,7 +28,7 @@ USER_SPEC = {
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="derive, verify, train and probe on built-in defaults", description=__doc__)
     p.add_argument("--out", type=Path, default=Path("runs/demo"), help="output folder (a new one is made)")
-    p.add_argument("--steps", type=int, default=300, help="training steps of the MQAR hybrid (default 300)")
+    p.add_argument("--steps", type=positive_int, default=300, help="training steps of the MQAR hybrid (default 300)")
     p.set_defaults(func=main)
 
 

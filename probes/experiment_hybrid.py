@@ -29,13 +29,15 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from assocmem.mixers.cli_types import positive_int
+
 from .io import add_common_flags, prepare_out
 
 
 class HybridExperimentConfig(BaseModel):
     """Sizes and budgets of the experiment (defaults: the documented < 1 h CPU run)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # every float finite
 
     d_model: int = Field(64, gt=0, description="residual width of every model")
     n_layers: int = Field(4, gt=0, description="depth of the GDN/attention models")
@@ -272,12 +274,12 @@ def register(sub) -> None:
     h = sub.add_parser("hybrid-experiment", help="the thesis' hybrid experiment: train 0-100%% attention "
                        "GDN hybrids + SCA 2:1 on graph walks, probe a held-out 4x4 grid")
     h.add_argument("--quick", action="store_true", help="smoke-sized run (minutes)")
-    h.add_argument("--steps", type=int, default=None, help="override the optimizer steps per model")
+    h.add_argument("--steps", type=positive_int, default=None, help="override the optimizer steps per model")
     h.add_argument("--config", default=None, help="YAML/JSON file of HybridExperimentConfig fields")
     h.add_argument("--seeds", type=int, nargs="+", default=None, metavar="S",
                    help="run every seed into OUT/seed_<S>/ and write the per-seed table OUT/hybrid_seeds.md "
                         "(replaces --seed)")
-    h.add_argument("--threads", type=int, default=None, help="torch threads while training (default: the config's, 2)")
+    h.add_argument("--threads", type=positive_int, default=None, help="torch threads while training (default: the config's, 2)")
     h.add_argument("--result", default=None, metavar="PATH",
                    help="with --seeds: also write the result record (training/results.py) to PATH "
                         "(refused if it exists, unless --overwrite)")

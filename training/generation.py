@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field
 class SamplingSettings(BaseModel):
     """How completions are drawn."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # every float finite
 
     num_samples: int = Field(1, ge=1, description="completions per prompt (n)")
     temperature: float = Field(1.0, ge=0, description="softmax temperature; 0 = greedy (argmax) decoding")

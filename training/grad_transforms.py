@@ -52,7 +52,7 @@ def prescription_modes(name: str, n: int) -> list[int]:
 
 # ---------------------------------------------------------------- configs
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # every float finite
 
 
 class _OnAxis(_Strict):

@@ -11,6 +11,8 @@ import json
 import sys
 from pathlib import Path
 
+from assocmem.mixers.cli_types import positive_int
+
 from .config import ConfigError, load_config
 
 
@@ -47,7 +49,7 @@ def register(subparsers) -> None:
     e.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override config fields before evaluating, e.g. --set data.num_kv_pairs=32")
     e.add_argument("--checkpoint", help="checkpoint folder (default: the run's latest)")
-    e.add_argument("--batch-size", type=int, help="sequences per forward, >= 1 (default: train.eval_batch_size)")
+    e.add_argument("--batch-size", type=positive_int, help="sequences per forward, >= 1 (default: train.eval_batch_size)")
     e.add_argument("--json", help="write the metrics to this file (default: RUN_DIR/eval.json)")
     e.set_defaults(func=_eval)
 

@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field
 class ATMOptions(BaseModel):
     """Token merging inside an attention layer (eqs. 30–32, Algorithm 1); active in training only."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # every float finite
 
     mode: Literal["as_written", "causal"] = Field(
         ..., description="'as_written' = merge hidden states, attend, copy back (sees the future); 'causal' = "

@@ -43,7 +43,7 @@ AS_WRITTEN_NO_CACHE = (
 class GCLAOptions(BaseModel):
     """The cross-layer context of an attention layer (eqs. 20–27)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # every float finite
 
     mode: Literal["as_written", "causal"] = Field(
         ..., description="summary of each layer: 'as_written' = mean over all T positions (eq. 20, sees the "

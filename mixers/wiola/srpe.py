@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field
 class SRPEOptions(BaseModel):
     """SRPE's three constants (eqs. 12–14); the base θ₀ is the attention layer's ``rope_theta``."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # every float finite
 
     kind: Literal["srpe"] = Field("srpe", description="tag of the rotary option")
     k_s: float = Field(..., gt=0, description="secondary winding ratio: θ⁽²⁾ = p ω_j / k_s (eq. 12)")

@@ -15,6 +15,8 @@ import json
 import sys
 from pathlib import Path
 
+from assocmem.mixers.cli_types import non_negative_float, non_negative_int, positive_int
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="benchmarks (mixer forms, decode latency, training throughput)", description=__doc__)
@@ -25,13 +27,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--markdown", type=Path, metavar="PATH", help="write the rows as a markdown table")
     m.add_argument("--families", nargs="+", default=None, metavar="FAMILY",
                    help="preset families (default: gated_deltanet mamba2 gla sca softmax)")
-    m.add_argument("--seq-lens", nargs="+", type=int, default=[512, 2048, 8192], metavar="T")
+    m.add_argument("--seq-lens", nargs="+", type=positive_int, default=[512, 2048, 8192], metavar="T")
     m.add_argument("--modes", nargs="+", choices=["fwd", "fwdbwd"], default=["fwd", "fwdbwd"])
     m.add_argument("--impls", nargs="+", default=[], metavar="TEXT",
                    help="only implementations whose name contains one of these (e.g. chunk transformers)")
-    m.add_argument("--threads", type=int, default=None, metavar="N",
+    m.add_argument("--threads", type=positive_int, default=None, metavar="N",
                    help="torch intra-op threads for every implementation (default: torch's, all cores)")
-    m.add_argument("--processes", type=int, default=1, metavar="N",
+    m.add_argument("--processes", type=positive_int, default=1, metavar="N",
                    help="run the bench in N fresh processes, one after another, and report per row the "
                         "median ms over them with the range of each ratio (the allocator's state, which "
                         "shifts timings by up to 2x, differs between processes)")
@@ -41,11 +43,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     b.add_argument("family", nargs="?", default="gated_deltanet", help="mixer preset (default: gated_deltanet)")
     b.add_argument("--form", default="auto", help="form to profile (default: the one lower() picks)")
-    b.add_argument("--seq-len", type=int, default=2048, metavar="T")
-    b.add_argument("--chunk-size", type=int, default=None, metavar="C", help="default: the op's own")
+    b.add_argument("--seq-len", type=positive_int, default=2048, metavar="T")
+    b.add_argument("--chunk-size", type=positive_int, default=None, metavar="C", help="default: the op's own")
     b.add_argument("--mode", choices=["fwd", "fwdbwd"], default="fwd")
-    b.add_argument("--repeats", type=int, default=11, help="timed calls (median) before the profiled ones")
-    b.add_argument("--threads", type=int, default=None, metavar="N", help="torch intra-op threads")
+    b.add_argument("--repeats", type=positive_int, default=11, help="timed calls (median) before the profiled ones")
+    b.add_argument("--threads", type=positive_int, default=None, metavar="N", help="torch intra-op threads")
     b.add_argument("--json", type=Path, metavar="PATH", help="write the breakdown as JSON")
     b.set_defaults(func=_breakdown)
     register_decode(kinds)
@@ -67,11 +69,6 @@ def _breakdown(args: argparse.Namespace) -> int:
 
     from .breakdown import breakdown, format_breakdown
 
-    for flag, value, low in (("--seq-len", args.seq_len, 1), ("--repeats", args.repeats, 1),
-                             ("--threads", args.threads, 1), ("--chunk-size", args.chunk_size, 1)):
-        if value is not None and value < low:
-            print(f"assocmem bench breakdown: {flag} must be >= {low}, got {value}", file=sys.stderr)
-            return 2
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     try:
@@ -125,14 +122,8 @@ def _mixers(args: argparse.Namespace) -> int:
 
     from .forms import FAMILIES, markdown_table, median_rows, ratio_table, run_bench
 
-    if args.threads is not None:
-        if args.threads < 1:
-            print(f"assocmem bench mixers: --threads must be >= 1, got {args.threads}", file=sys.stderr)
-            return 2
+    if args.threads is not None:  # (counts are checked by argparse: cli_types.positive_int)
         torch.set_num_threads(args.threads)
-    if args.processes < 1:
-        print(f"assocmem bench mixers: --processes must be >= 1, got {args.processes}", file=sys.stderr)
-        return 2
     runs = None
     if args.processes == 1:
         rows = run_bench(tuple(args.families or FAMILIES), tuple(args.seq_lens), tuple(args.modes),
@@ -183,14 +174,14 @@ def register_decode(kinds: argparse._SubParsersAction) -> None:
                          description=_module_doc("assocmem.training.bench.decode"),
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--json", type=Path, metavar="PATH", help="write config, rows and ratios as JSON")
-    p.add_argument("--contexts", nargs="+", type=int, default=[1024, 4096, 16384], metavar="N")
-    p.add_argument("--d-model", type=int, default=512)
-    p.add_argument("--layers", type=int, default=12, help="depth of every model")
-    p.add_argument("--vocab", type=int, default=32000)
-    p.add_argument("--batch", type=int, default=1)
-    p.add_argument("--steps", type=int, default=20, help="timed decode steps per context")
+    p.add_argument("--contexts", nargs="+", type=positive_int, default=[1024, 4096, 16384], metavar="N")
+    p.add_argument("--d-model", type=positive_int, default=512)
+    p.add_argument("--layers", type=positive_int, default=12, help="depth of every model")
+    p.add_argument("--vocab", type=positive_int, default=32000)
+    p.add_argument("--batch", type=positive_int, default=1)
+    p.add_argument("--steps", type=positive_int, default=20, help="timed decode steps per context")
     p.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
-    p.add_argument("--threads", type=int, default=1,
+    p.add_argument("--threads", type=positive_int, default=1,
                    help="intra-op threads (default 1: batch-1 decoding is a chain of small ops, where extra "
                         "threads only add hand-offs; on a shared 2-core machine 2 threads made the recurrent "
                         "layers' per-token GEMVs ~10x slower)")
@@ -223,27 +214,22 @@ def register_train(kinds: argparse._SubParsersAction) -> None:
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--mixers", nargs="+", default=list(DEFAULT_MIXERS), metavar="LAYER",
                    help=f"layer patterns, one model each (default: {' '.join(DEFAULT_MIXERS)})")
-    p.add_argument("--d-model", type=int, default=128)
-    p.add_argument("--n-layers", type=int, default=2)
-    p.add_argument("--num-heads", type=int, default=2, help="heads of the recurrent mixers (attention: 1)")
-    p.add_argument("--mlp-ratio", type=float, default=0.0)
-    p.add_argument("--vocab", type=int, default=8192)
-    p.add_argument("--seq-len", type=int, default=256)
-    p.add_argument("--num-kv-pairs", type=int, default=16)
-    p.add_argument("--batch", type=int, default=16)
-    p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--steps", type=int, default=10, help="timed steps per mixer")
-    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
+    p.add_argument("--d-model", type=positive_int, default=128)
+    p.add_argument("--n-layers", type=positive_int, default=2)
+    p.add_argument("--num-heads", type=positive_int, default=2, help="heads of the recurrent mixers (attention: 1)")
+    p.add_argument("--mlp-ratio", type=non_negative_float, default=0.0)
+    p.add_argument("--vocab", type=positive_int, default=8192)
+    p.add_argument("--seq-len", type=positive_int, default=256)
+    p.add_argument("--num-kv-pairs", type=positive_int, default=16)
+    p.add_argument("--batch", type=positive_int, default=16)
+    p.add_argument("--warmup", type=non_negative_int, default=3)
+    p.add_argument("--steps", type=positive_int, default=10, help="timed steps per mixer")
+    p.add_argument("--threads", type=positive_int, default=1, help="torch intra-op threads (default 1)")
     p.add_argument("--json", type=Path, metavar="PATH", help="write config and rows as JSON")
     p.set_defaults(func=_train_bench)
 
 
 def _train_bench(args: argparse.Namespace) -> int:
-    for name in ("d_model", "n_layers", "num_heads", "vocab", "seq_len", "num_kv_pairs", "batch", "steps", "threads"):
-        if getattr(args, name) < 1:
-            print(f"assocmem bench train: --{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}",
-                  file=sys.stderr)
-            return 2
     if args.vocab <= args.seq_len:
         print(f"assocmem bench train: --vocab must exceed --seq-len (Zoology's MQAR draws keys and values "
               f"from the vocabulary), got --vocab {args.vocab} and --seq-len {args.seq_len}", file=sys.stderr)

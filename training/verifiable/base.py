@@ -118,7 +118,7 @@ class VerifiableTask(BaseModel):
     """Base of the token-level tasks: parameters as pydantic fields; subclasses define the layout
     (the abstract members below) and inherit problem sets, scoring and training rows."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # every float finite
 
     # ------------------------------------------------------------ layout (subclasses)
     @property

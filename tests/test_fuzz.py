@@ -1,0 +1,281 @@
+"""Fuzz: generated bad configs, specs, command-line values and tensor inputs (issue 18).
+
+Every case is generated from what the code declares (pydantic field types and bounds, argparse
+option types, the op contract's shapes), in a fixed order, so the suite is deterministic. Each
+must end in a clear error: the expected error type, the field or argument named in the message,
+no raw traceback from the command line, and no non-finite or out-of-range value accepted.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import math
+import re
+import typing
+from typing import Any, Literal
+
+import pytest
+import torch
+import torch.nn.functional as F
+from annotated_types import Ge, Gt, Le, Lt
+from pydantic import BaseModel, ValidationError
+
+from assocmem.memories import GD, Huber, Implicit, Lp, Momentum, Proximal, RetainThenGD, Spectral
+from assocmem.mixers import MixerSpec, get_preset
+from assocmem.mixers.cli_types import (finite_float, non_negative_float, non_negative_int, positive_float,
+                                       positive_int)
+from assocmem.mixers.ops import attention, delta, hebbian
+from assocmem.mixers.spec import AttentionOptions, LayerOptions, SCAOptions
+from assocmem.models import HybridConfig
+from assocmem.training.cli import build_parser
+from assocmem.training.cli import main as cli_main
+from assocmem.training.config import (ConfigError, MQARData, OptimConfig, TrainLoopConfig, config_from_dict,
+                                      set_values)
+
+BASE_TRAIN = {
+    "name": "fuzz", "seed": 0,
+    "model": {"hybrid": {"d_model": 32, "layers": "gdn,attn", "num_heads": 2, "mlp_ratio": 0}},
+    "data": {"kind": "mqar", "seq_len": 32, "num_kv_pairs": 4, "vocab_size": 64, "num_train": 64, "num_eval": 8},
+    "optim": {"lr": 1e-3, "warmup_steps": 0},
+    "train": {"steps": 4, "batch_size": 8},
+}
+
+
+# ----------------------------------------------------------------------------- generators
+def _core(annotation: Any) -> Any:
+    """int / float / bool / str / a Literal / a model class, with Optional stripped."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if typing.get_origin(annotation) in (typing.Union, getattr(__import__("types"), "UnionType")) and len(args) == 1:
+        return _core(args[0])
+    return annotation
+
+
+def bad_values(field) -> list[Any]:
+    """Out-of-range and ill-typed values for a pydantic field, from its declared type and bounds."""
+    core = _core(field.annotation)
+    if typing.get_origin(core) is Literal:
+        return ["not-a-choice", 3]
+    if core is bool:
+        return ["maybe"]
+    if core not in (int, float):
+        return []
+    values: list[Any] = ["abc", [1]]
+    for bound in field.metadata:
+        if isinstance(bound, Gt):
+            values += [bound.gt, bound.gt - 1]
+        elif isinstance(bound, Ge):
+            values += [bound.ge - 1]
+        elif isinstance(bound, Lt):
+            values += [bound.lt]
+        elif isinstance(bound, Le):
+            values += [bound.le + 1]
+    if core is float:
+        values += [math.nan, math.inf, -math.inf]
+    else:
+        values += [1.5]
+    return values
+
+
+def field_cases(model: type[BaseModel], prefix: str) -> list[tuple[str, str, Any]]:
+    """(dotted key, field name, bad value) for every field of ``model`` that declares a type or bound."""
+    return [(f"{prefix}.{name}", name, value) for name, field in model.model_fields.items()
+            for value in bad_values(field)]
+
+
+TRAIN_CASES = (field_cases(OptimConfig, "optim") + field_cases(TrainLoopConfig, "train")
+               + [c for c in field_cases(MQARData, "data") if c[1] != "kind"])
+
+
+def _spec_cases() -> list[tuple[str, str, Any]]:
+    """Bad values for the numeric fields of every axis that has one, and of LayerOptions."""
+    axes = {"bias": [Lp(p=3.0), Huber()], "optimizer": [GD(), RetainThenGD(), Implicit(), Momentum()],
+            "retention": [Proximal()], "memory": [Spectral()]}
+    cases = []
+    for slot, choices in axes.items():
+        for axis in choices:
+            cases += [(f"{slot}:{axis.kind}", name, value) for _, name, value in field_cases(type(axis), slot)
+                      if name != "kind"]
+    cases += [("layer", name, value) for _, name, value in field_cases(LayerOptions, "layer")]
+    for sub, model in (("attention", AttentionOptions), ("sca", SCAOptions)):  # LayerOptions' sub-models
+        cases += [(f"layer.{sub}", name, value) for _, name, value in field_cases(model, sub)]
+    return cases
+
+
+SPEC_CASES = _spec_cases()
+HYBRID_CASES = [c for c in field_cases(HybridConfig, "hybrid") if c[1] not in ("name", "form")]
+
+
+def _ids(cases):
+    return [f"{key}={value!r}"[:60] for key, _, value in cases]
+
+
+def test_the_generators_cover_more_than_a_hundred_cases():
+    assert len(TRAIN_CASES) + len(SPEC_CASES) + len(HYBRID_CASES) + len(CLI_CASES) + len(TENSOR_CASES) >= 300
+
+
+# ----------------------------------------------------------------------------- configs
+@pytest.mark.parametrize("key,name,value", TRAIN_CASES, ids=_ids(TRAIN_CASES))
+def test_bad_train_config_values_are_refused_naming_the_field(key, name, value):
+    raw = set_values(BASE_TRAIN, {key: value})
+    with pytest.raises(ConfigError) as err:
+        config_from_dict(raw)
+    assert name in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("key,name,value", HYBRID_CASES, ids=_ids(HYBRID_CASES))
+def test_bad_hybrid_config_values_are_refused_naming_the_field(key, name, value):
+    with pytest.raises(ValidationError) as err:
+        HybridConfig.model_validate({"d_model": 32, "vocab_size": 64, "layers": "gdn,attn", "num_heads": 2,
+                                     name: value})
+    assert name in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("where,name,value", SPEC_CASES, ids=_ids(SPEC_CASES))
+def test_bad_spec_values_are_refused_naming_the_field(where, name, value):
+    data = get_preset("gated_deltanet").model_dump(mode="json")
+    with pytest.raises(ValidationError) as err:
+        MixerSpec.model_validate(_bad_spec(where, name, value))
+    assert name in str(err.value), str(err.value)
+
+
+def _bad_spec(where: str, name: str, value: Any) -> dict:
+    """The gated_deltanet preset as a dict with ``name`` set to ``value`` in the slot ``where``
+    ('bias:lp' = a bias of kind lp, 'layer' = LayerOptions, 'layer.sca' = its sca sub-model)."""
+    data = get_preset("gated_deltanet").model_dump(mode="json")
+    slot, _, kind = where.partition(":")
+    slot, _, sub = slot.partition(".")
+    if kind:
+        data[slot] = {"kind": kind, name: value}
+    elif sub:
+        data[slot] = {**data[slot], sub: {**data[slot][sub], name: value}}
+    else:
+        data[slot] = {**data[slot], name: value}
+    return data
+
+
+@pytest.mark.parametrize("where,name,value", SPEC_CASES[::4], ids=_ids(SPEC_CASES[::4]))
+def test_derive_on_a_bad_spec_file_exits_with_a_message_naming_the_field(tmp_path, where, name, value):
+    """Every fourth generated spec case, written as a YAML file and given to ``assocmem derive``
+    (before: a raw pydantic traceback)."""
+    import yaml
+
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(_bad_spec(where, name, value)))
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), pytest.raises(SystemExit) as exit_:
+        cli_main(["derive", str(path)])
+    message = str(exit_.value.code)
+    assert message.startswith(f"derive: {path} is not a valid MixerSpec") and name in message, message
+    assert "Traceback" not in err.getvalue()
+
+
+def test_derive_on_invalid_yaml_exits_with_a_message(tmp_path):
+    path = tmp_path / "spec.yaml"
+    path.write_text("memory: [\n")
+    with pytest.raises(SystemExit) as exit_:
+        cli_main(["derive", str(path)])
+    assert str(exit_.value.code).startswith(f"derive: {path} is not a valid MixerSpec")
+
+
+# ----------------------------------------------------------------------------- command line
+BAD_TEXT = {positive_int: ["0", "-5", "1.5", "abc"], non_negative_int: ["-1", "x"],
+            finite_float: ["nan", "inf"], positive_float: ["0", "-1e-3", "nan", "-inf"],
+            non_negative_float: ["-0.5", "nan"]}
+
+
+def _options(parser: argparse.ArgumentParser, path: list[str]):
+    """(command path, option string, type) of every option typed with a cli_types function, recursively."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _options(sub, path + [name])
+        elif action.option_strings and action.type in BAD_TEXT:
+            yield path, action.option_strings[-1], action.type
+
+
+def _cli_cases():
+    seen, cases = set(), []
+    for path, flag, kind in _options(build_parser(), []):
+        if (tuple(path), flag) in seen:
+            continue
+        seen.add((tuple(path), flag))
+        cases += [(path, flag, text) for text in BAD_TEXT[kind]]
+    return cases
+
+
+CLI_CASES = _cli_cases()
+
+
+@pytest.mark.parametrize("path,flag,text", CLI_CASES, ids=[f"{' '.join(p)} {f}={t}" for p, f, t in CLI_CASES])
+def test_bad_command_line_numbers_are_refused_naming_the_flag(path, flag, text):
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), pytest.raises(SystemExit) as exit_:
+        cli_main([*path, f"{flag}={text}"])
+    assert exit_.value.code == 2
+    assert f"argument {flag}" in err.getvalue() and "Traceback" not in err.getvalue(), err.getvalue()
+
+
+def test_the_command_line_cases_reach_every_command():
+    commands = {p[0] for p, _, _ in CLI_CASES}
+    assert {"verify", "bench", "probe", "eval"} <= commands, commands
+
+
+@pytest.mark.parametrize("override", [".nan", ".inf", "-1", "0", "abc"])
+def test_bad_set_values_exit_with_a_message(tmp_path, override, capsys):
+    import yaml
+
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({**BASE_TRAIN, "output_dir": str(tmp_path / "runs")}))
+    assert cli_main(["train", str(path), "--set", f"optim.lr={override}"]) == 2
+    err = capsys.readouterr().err
+    assert "optim.lr" in err and "Traceback" not in err
+    assert not (tmp_path / "runs").exists()
+
+
+# ----------------------------------------------------------------------------- tensors
+def _valid_case(kind: str) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    B, T, H, K, V = 2, 9, 2, 4, 6
+    x = {"q": torch.randn(B, T, H, K, generator=g), "k": F.normalize(torch.randn(B, T, H, K, generator=g), dim=-1),
+         "v": torch.randn(B, T, H, V, generator=g)}
+    if kind != "attention":
+        x.update(log_alpha=-torch.rand(B, T, H, generator=g), beta=torch.rand(B, T, H, generator=g),
+                 initial_state=torch.randn(B, H, K, V, generator=g))
+    return x
+
+
+TENSOR_OPS = {"chunk_delta_rule": (delta.chunk_delta_rule, "matrix"),
+              "recurrent_delta_rule": (delta.recurrent_delta_rule, "matrix"),
+              "chunk_kda": (delta.chunk_kda, "matrix"),
+              "chunk_hebbian": (hebbian.chunk_hebbian, "matrix"),
+              "sdpa_softmax_attention": (attention.sdpa_softmax_attention, "attention")}
+
+
+def _mutations(x: dict[str, torch.Tensor]):
+    """One argument made wrong at a time: an extra axis, each axis one longer, an integer dtype, a list."""
+    for name, t in x.items():
+        yield name, "rank", t[None]
+        for axis in range(t.dim()):
+            yield name, f"axis{axis}", torch.cat([t, t.narrow(axis, 0, 1)], dim=axis)
+        yield name, "dtype", t.to(torch.int64)
+        yield name, "type", t.tolist()
+
+
+VALID_MUTATIONS = {("attention", "v", "axis3")}  # attention's value width is free (no state fixes it)
+TENSOR_CASES = [(op, name, what) for op, (_, kind) in TENSOR_OPS.items()
+                for name, what, _ in _mutations(_valid_case(kind)) if (kind, name, what) not in VALID_MUTATIONS]
+
+
+@pytest.mark.parametrize("op,name,what", TENSOR_CASES, ids=[f"{o}-{n}-{w}" for o, n, w in TENSOR_CASES])
+def test_bad_tensor_inputs_are_refused_naming_the_argument(op, name, what):
+    fn, kind = TENSOR_OPS[op]
+    x = _valid_case(kind)
+    x[name] = next(bad for n, w, bad in _mutations(x) if (n, w) == (name, what))
+    with pytest.raises((ValueError, TypeError)) as err:
+        fn(**x)
+    message = str(err.value)
+    # the argument (or the one it disagrees with: v's width is checked against initial_state), the expected
+    # layout and what was received
+    named = any(re.search(rf"\b{n}\b", message) for n in x)
+    assert named and "[" in message and "got" in message, message
