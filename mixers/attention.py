@@ -51,6 +51,7 @@ import torch.nn as nn
 from assocmem.memories.deprecation import moved, names_in
 
 from . import norm
+from .boundary import check_mixer_input
 from .conv import ShortConv
 from .lower import FAMILIES
 from .wiola.atm import ATMOptions, causal_merged_attention, merge_starts, merge_tokens, unmerge
@@ -168,6 +169,7 @@ class Attention(nn.Module):
 
         Returns (y [B, T, d_model], AttentionState or None).
         """
+        check_mixer_input("Attention", x, self.q_proj.in_features, mask)
         B, T, _ = x.shape
         if state is not None and self.context is not None and self.context.options.mode == "as_written":
             raise ValueError(AS_WRITTEN_NO_CACHE)

@@ -47,6 +47,7 @@ import torch.nn.functional as F
 from assocmem.memories import GD, L2Decay, Momentum, NonParametric, RemoveReplace, Spectral, window_of
 
 from .attention import Attention
+from .boundary import check_mixer_input
 from .conv import ShortConv
 from .feature_maps import build_feature_map, feature_width
 from .lower import lower
@@ -237,6 +238,7 @@ class Mixer(nn.Module):
                 return_state: bool = True):
         """x [B, T, d_model] -> (y [B, T, d_model], MixerState or None). No padding ``mask``: run
         padded rows through models.blocks.run_mixer, which calls each row's real tokens on their own."""
+        check_mixer_input("Mixer", x, self.qkv_proj.in_features)
         B, T, _ = x.shape
         if mask is not None:
             raise ValueError("Mixer does not mask padding (masks_padding = False); run padded batches through "

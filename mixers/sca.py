@@ -67,6 +67,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .boundary import check_mixer_input
 from .lower import FAMILIES
 from .norm import rms_norm
 from .ops.spectral import spectral_running_state
@@ -302,9 +303,7 @@ class SCALayer(nn.Module):
         return normed, self.out_proj(glu.reshape(B, T, K * E))
 
     def _check_x(self, x: Tensor) -> None:
-        if not torch.is_tensor(x) or x.dim() != 3 or x.shape[-1] != self.d_model or x.shape[1] < 1:
-            got = list(x.shape) if torch.is_tensor(x) else type(x).__name__
-            raise ValueError(f"x must have shape [B, T, d_model={self.d_model}] with T >= 1, got {got}")
+        check_mixer_input("SCALayer", x, self.d_model)
 
     def forward(self, x: Tensor, *, state: SCAState | None = None, mask: Tensor | None = None,
                 return_state: bool = True) -> tuple[Tensor, SCAState | None]:

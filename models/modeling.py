@@ -354,13 +354,14 @@ class AssocMemModel(AssocMemPreTrainedModel):
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("give exactly one of input_ids and inputs_embeds")
         if inputs_embeds is not None:
-            if inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != self.config.hidden_size:
-                raise ValueError(f"inputs_embeds must be [B, T, {self.config.hidden_size}], "
+            if inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != self.config.hidden_size or \
+                    inputs_embeds.shape[1] < 1:
+                raise ValueError(f"inputs_embeds must be [B, T, {self.config.hidden_size}] with T >= 1, "
                                  f"got {tuple(inputs_embeds.shape)}")
             return inputs_embeds
-        if input_ids.dim() != 2 or input_ids.dtype.is_floating_point:
-            raise ValueError(f"input_ids must be an integer tensor [B, T], got {input_ids.dtype} "
-                             f"{tuple(input_ids.shape)}")
+        if input_ids.dim() != 2 or input_ids.dtype.is_floating_point or input_ids.shape[1] < 1:
+            raise ValueError(f"input_ids must be an integer tensor [B, T] with T >= 1 (B = 0 is allowed), "
+                             f"got {input_ids.dtype} {tuple(input_ids.shape)}")
         if input_ids.numel() and (int(input_ids.min()) < 0 or int(input_ids.max()) >= self.config.vocab_size):
             raise ValueError(f"input_ids out of range: min {int(input_ids.min())}, max {int(input_ids.max())}; "
                              f"allowed 0..{self.config.vocab_size - 1} (vocab_size {self.config.vocab_size})")

@@ -22,9 +22,10 @@ from annotated_types import Ge, Gt, Le, Lt
 from pydantic import BaseModel, ValidationError
 
 from assocmem.memories import GD, Huber, Implicit, Lp, Momentum, Proximal, RetainThenGD, Spectral
-from assocmem.mixers import MixerSpec, get_preset
+from assocmem.mixers import MixerSpec, get_preset, list_presets
 from assocmem.mixers.cli_types import (finite_float, non_negative_float, non_negative_int, positive_float,
                                        positive_int)
+from assocmem.mixers.layer import build_mixer
 from assocmem.mixers.ops import attention, delta, hebbian
 from assocmem.mixers.spec import AttentionOptions, LayerOptions, SCAOptions
 from assocmem.models import HybridConfig
@@ -279,3 +280,65 @@ def test_bad_tensor_inputs_are_refused_naming_the_argument(op, name, what):
     # layout and what was received
     named = any(re.search(rf"\b{n}\b", message) for n in x)
     assert named and "[" in message and "got" in message, message
+
+
+# ----------------------------------------------------------------------------- mixer modules and the model
+def _x_mutations(x: torch.Tensor):
+    """Wrong module inputs made from a valid x [B, T, d]: each rank change, a wrong width, no tokens,
+    an integer dtype, a list."""
+    yield "rank2", x[0]
+    yield "rank4", x[None]
+    yield "width", x[..., :-1]
+    yield "no_tokens", x[:, :0]
+    yield "dtype", x.to(torch.int64)
+    yield "type", x.tolist()
+
+
+MODULE_CASES = [(name, what) for name in list_presets() for what, _ in _x_mutations(torch.zeros(2, 3, 16))]
+
+
+@pytest.mark.parametrize("name,what", MODULE_CASES, ids=[f"{n}-{w}" for n, w in MODULE_CASES])
+def test_bad_module_inputs_are_refused_naming_x_and_its_shape(name, what):
+    """Before: 'not enough values to unpack' or a matmul shape error from inside the module."""
+    layer = build_mixer(get_preset(name), 16)
+    x = torch.randn(2, 5, 16)
+    bad = dict(_x_mutations(x))[what]
+    with pytest.raises((ValueError, TypeError)) as err:
+        layer(bad)
+    message = str(err.value)
+    assert "x must" in message and "[B, T, d_model=16]" in message and "got" in message, message
+
+
+@pytest.mark.parametrize("name", list_presets())
+def test_an_empty_batch_gives_empty_outputs_and_gradients(name):
+    """Before: B = 0 crashed gdn, mamba2 and gla inside their chunk forms."""
+    torch.manual_seed(0)
+    layer = build_mixer(get_preset(name), 16)
+    x = torch.randn(0, 7, 16, requires_grad=True)
+    y, _ = layer(x)
+    assert y.shape == (0, 7, 16)
+    y.sum().backward()
+    assert x.grad is None or x.grad.shape == (0, 7, 16)  # (an empty output may leave x out of the graph)
+    assert all(p.grad is None or bool((p.grad == 0).all()) for p in layer.parameters())
+
+
+def test_the_attention_mask_is_checked_at_the_module_boundary():
+    layer = build_mixer(get_preset("softmax"), 16)
+    x = torch.randn(2, 5, 16)
+    with pytest.raises(ValueError, match=r"Attention: mask must have shape \[B, T\] = \[2, 5\] .*got \[2, 4\]"):
+        layer(x, mask=torch.ones(2, 4, dtype=torch.bool))
+    with pytest.raises(TypeError, match=r"Attention: mask must be a bool tensor \[B, T\]"):
+        layer(x, mask=torch.ones(2, 5))
+
+
+def test_the_model_refuses_bad_ids_and_runs_an_empty_batch():
+    from assocmem.models import build_model
+
+    torch.manual_seed(0)
+    model = build_model({"d_model": 16, "vocab_size": 32, "layers": "gdn,mamba2,gla,attn", "num_heads": 2})
+    for bad in (torch.zeros(5, dtype=torch.long), torch.zeros(2, 0, dtype=torch.long), torch.zeros(2, 5)):
+        with pytest.raises(ValueError, match=r"input_ids must be an integer tensor \[B, T\] with T >= 1"):
+            model(bad)
+    with torch.no_grad():
+        logits = model(torch.zeros(0, 6, dtype=torch.long)).logits
+    assert logits.shape == (0, 6, 32)
