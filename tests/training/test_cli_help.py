@@ -34,7 +34,9 @@ def test_bench_train_runs_and_writes_json(tmp_path):
     rows = json.loads(out.read_text())["rows"]
     assert [r["mixer"] for r in rows] == ["attn", "gdn"]
     assert all(r["tokens_per_s"] > 0 and r["median_step_s"] > 0 for r in rows)
-    assert main(["bench", "train", "--batch", "0"]) == 2
+    with pytest.raises(SystemExit) as exit_:  # argparse: mixers/cli_types.positive_int
+        main(["bench", "train", "--batch", "0"])
+    assert exit_.value.code == 2
     assert main(["bench", "train", "--vocab", "256", "--seq-len", "256"]) == 2
 
 

@@ -278,12 +278,15 @@ def test_eval_checks_its_inputs_and_outputs_before_the_work(write_config, tmp_pa
     monkeypatch.setattr(evaluate_module, "evaluate", no_work)
     cases = [(["--json", str(tmp_path / "nowhere" / "m.json")], "the folder .*nowhere does not exist", 2),
              (["--json", str(tmp_path)], "is a folder; give a file path", 2),
-             (["--batch-size", "-3"], "--batch-size must be a positive number of sequences, got -3", 2),
-             (["--batch-size", "0"], "--batch-size must be a positive number of sequences, got 0", 2),
              (["--checkpoint", str(run / "checkpoints" / "nope")], "nope is damaged: .* is missing", 1)]
     for extra, message, code in cases:
         assert cli_main(["eval", str(run), *extra]) == code, extra
         assert re.search(message, capsys.readouterr().err), extra
+    for bad in ("-3", "0"):  # refused by argparse (mixers/cli_types.positive_int), before anything runs
+        with pytest.raises(SystemExit) as exit_:
+            cli_main(["eval", str(run), "--batch-size", bad])
+        assert exit_.value.code == 2
+        assert f"argument --batch-size: must be an integer >= 1, got '{bad}'" in capsys.readouterr().err
     _flip(run / "checkpoints" / "step_00000002" / ckpt.STATE_FILE)
     assert cli_main(["eval", str(run)]) == 1
     assert "state.pt does not match its SHA-256" in capsys.readouterr().err
