@@ -55,14 +55,33 @@ class RemoveReplace(Axis):
 
 
 class Lp(Axis):
-    """ℓ = ‖f_M(k) − v‖_p^p (Moneta-style); ∇ = p·sign(e)|e|^{p−1} kᵀ, e = f(k) − v."""
+    """ℓ = ‖f_M(k) − v‖_p^p (Moneta-style, eq. 2.46 up to its ½); ∇ = p·sign(e)|e|^{p−1} kᵀ, e = f(k) − v.
+
+    With ``clip`` = c, each coordinate's loss is |e|^p up to |e| = c and continues along its tangent
+    beyond (c^p + p c^{p−1}(|e| − c), a Huber-style ℓp), so ∇ = p·sign(e)·min(|e|, c)^{p−1} kᵀ.
+
+    When plain ℓp steps diverge (p > 2): one GD step with ‖k‖ = 1 and step β moves each error
+    coordinate to e' = e − β p sign(e)|e|^{p−1}, which overshoots (|e'| > |e|) once β p |e|^{p−2} > 2,
+    and then grows without bound (|e'| ≈ β p |e|^{p−1}): unit-scale values with β near 1 are enough.
+    With a clip the step is at most β p c^{p−1}, so every |e| stays bounded for any finite c; with
+    p c^{p−2} ≤ 2, i.e. c ≤ (2/p)^{1/(p−2)} (2/3 for p = 3), no step increases |e| while β ≤ 1.
+    """
 
     kind: Literal["lp"] = "lp"
     p: float = Field(..., gt=1.0, le=32.0, description="exponent 1 < p ≤ 32 (p = 1 is not differentiable at 0; "
                      "beyond 32, |e|^(p−1) overflows float32 once |e| > e^(88.7/31) ≈ 17)")
+    clip: float | None = Field(None, gt=0.0, description="error size c beyond which the loss continues linearly "
+                               "(gradient p·sign(e)·min(|e|, c)^(p−1)); None = plain ℓp, which diverges for p > 2 "
+                               "once β p |e|^(p−2) > 2 (see the class docstring)")
 
     def loss(self, pred: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        return (pred - v).abs().pow(self.p).sum()
+        a = (pred - v).abs()
+        if self.clip is None:
+            return a.pow(self.p).sum()
+        c = self.clip
+        inside = a.clamp(max=c).pow(self.p)  # |e|^p up to c (clamped: no overflow beyond it)
+        tangent = c ** self.p + self.p * c ** (self.p - 1) * (a - c)
+        return torch.where(a <= c, inside, tangent).sum()
 
 
 class Huber(Axis):

@@ -78,6 +78,8 @@ def _scan(spec) -> str:
         return _l1(spec) if getattr(o, "steps", 1) == 1 and o.rate == "scalar" else GENERIC
     err = "(M_{t-1} k_t − v_t)"
     grads = {L2: f"{err} k_tᵀ", Huber: f"clamp({err}, −δ, δ) k_tᵀ", Lp: f"p·sign(e)|e|^(p−1) k_tᵀ, e = {err}"}
+    if isinstance(b, Lp) and b.clip is not None:
+        grads[Lp] = f"p·sign(e)·min(|e|, c)^(p−1) k_tᵀ, e = {err}, c = {b.clip:g}"
     g = next((txt for cls, txt in grads.items() if isinstance(b, cls)), None)
     if g is None:
         return GENERIC

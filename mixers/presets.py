@@ -87,8 +87,8 @@ for _spec in [
               optimizer=Momentum(eta=0.9), layer=LayerOptions(**_DELTA_LAYER)),
     MixerSpec(name="huber_delta", memory=Matrix(), bias=Huber(delta=1.0), retention=L2Decay(gate="scalar"),
               optimizer=RetainThenGD(), layer=LayerOptions(**_DELTA_LAYER)),
-    MixerSpec(name="lp_delta", memory=Matrix(), bias=Lp(p=3.0), retention=L2Decay(gate="scalar"),
-              optimizer=RetainThenGD(), layer=LayerOptions(**_DELTA_LAYER)),
+    MixerSpec(name="lp_delta", memory=Matrix(), bias=Lp(p=3.0, clip=2 / 3), retention=L2Decay(gate="scalar"),
+              optimizer=RetainThenGD(), layer=LayerOptions(**_DELTA_LAYER)),  # clip: Lp docstring
     MixerSpec(name="ttt_linear", memory=Matrix(norm="layernorm_residual"), bias=L2(), retention=NoRetention(),
               optimizer=GD(), layer=LayerOptions(lr_gate="sigmoid", output_norm="rmsnorm")),
     # Recurrent depth (thesis §5.2, eq. 5.1): three GD steps on ℓ2 per token after the decay; exactly one

@@ -53,7 +53,8 @@ def online_rule(spec: MixerSpec) -> tuple[str, Callable] | None:
         return ("recurrent_huber_delta" + suffix,
                 functools.partial(online.recurrent_huber_delta, delta=b.delta, steps=K))
     if isinstance(b, Lp) and retain_first:
-        return "recurrent_lp_delta" + suffix, functools.partial(online.recurrent_lp_delta, p=b.p, steps=K)
+        return ("recurrent_lp_delta" + suffix,
+                functools.partial(online.recurrent_lp_delta, p=b.p, clip=b.clip, steps=K))
     if isinstance(b, L2) and isinstance(o, Momentum):
         return "recurrent_titans", functools.partial(online.recurrent_titans, momentum=o.eta)
     return None

@@ -51,11 +51,15 @@ def recurrent_huber_delta(q, k, v, *, delta=1.0, steps=1, log_alpha=None, beta=N
                          initial_state, output_final_state, steps)
 
 
-def recurrent_lp_delta(q, k, v, *, p=3.0, steps=1, log_alpha=None, beta=None, scale=None,
+def recurrent_lp_delta(q, k, v, *, p=3.0, clip=None, steps=1, log_alpha=None, beta=None, scale=None,
                        initial_state=None, output_final_state=False):
-    """ℓp attentional bias (Moneta-style), ℓ = ‖e‖_p^p: g(e) = p·sign(e)|e|^{p−1}."""
-    return _error_driven(lambda e: p * torch.sign(e) * e.abs().pow(p - 1), q, k, v, log_alpha, beta,
-                         scale, initial_state, output_final_state, steps)
+    """ℓp attentional bias (Moneta-style), ℓ = ‖e‖_p^p: g(e) = p·sign(e)|e|^{p−1}; with ``clip`` = c,
+    g(e) = p·sign(e)·min(|e|, c)^{p−1} (the loss continues linearly beyond c: memories/bias.py, Lp)."""
+    def g(e):
+        a = e.abs() if clip is None else e.abs().clamp(max=clip)
+        return p * torch.sign(e) * a.pow(p - 1)
+
+    return _error_driven(g, q, k, v, log_alpha, beta, scale, initial_state, output_final_state, steps)
 
 
 def recurrent_l1(q, k, v, *, lam, bias="l2", steps=1, beta=None, scale=None, initial_state=None,
