@@ -483,7 +483,7 @@ def chunk_low_rank(q, k, v, log_alpha, beta, kappa, state, scale: float, C: int)
     fn = lambda q_g, k_g, v_g, la_g, b_g, kap_g, S, out: _low_rank_group(  # noqa: E731
         q_g, k_g, v_g, la_g, b_g, kap_g, S, out, scale, C)
     out = v.new_empty(B, T, H, v.shape[-1])
-    o, S = groups.over_groups(fn, (q, k, v, log_alpha, beta, kappa), state.reshape(B * H, K, -1),
+    o, S = groups.over_groups(fn, (q, k, v, floor_log_decay(log_alpha), beta, kappa), state.reshape(B * H, K, -1),
                               groups.group_step(C, GROUP_TOKENS), out)
     return o, S.reshape(B, H, K, -1)
 
@@ -494,7 +494,7 @@ def _low_rank_group(q, k, v, log_alpha, beta, kappa, S, out, scale: float, C: in
                                 for x in (q * scale, k, v, log_alpha, beta, kappa))
     x, y = beta * k, beta * kappa  # (N, BH, C, K) the write and erase vectors
     G = la.cumsum(-2)  # (N, BH, C, K) inclusive log decay since the chunk start
-    E = G - la  # the erase reads S_{t−1}
+    E = F.pad(G[..., :-1, :], (0, 0, 1, 0))  # the erase reads S_{t−1}: exactly G_{t−1} (a shift, not G − la)
     s = _sub_chunk(C)
     # 1. the erase values e = U_e − W_e S_[n] (eq. 1')
     A_yy, A_yx = _pairwise(kappa, E, y, G, s, strict=True), _pairwise(kappa, E, x, G, s, strict=True)

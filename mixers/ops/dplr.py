@@ -30,6 +30,7 @@ import torch
 
 from .contract import check_chunk_size, check_matrix_inputs
 from .delta_chunk import chunk_low_rank, default_chunk_size
+from .isolation import first_non_finite, keep_finite_prefix, spread_possible
 
 __all__ = ["recurrent_dplr", "chunk_dplr"]
 
@@ -85,11 +86,18 @@ def chunk_dplr(q, k, v, *, removal_key=None, log_alpha=None, beta=None, scale=No
     """Chunkwise diagonal plus low rank; same semantics as ``recurrent_dplr``.
 
     T need not be a multiple of chunk_size (padded with β = 0, α = 1). chunk_size None →
-    ``delta_chunk.default_chunk_size(K)``.
+    ``delta_chunk.default_chunk_size(K)``. A non-finite input at position p never reaches o_{<p}
+    (``isolation.py``); an empty batch (B = 0) gives empty outputs.
     """
     dtype = q.dtype
-    q, k, v, kappa, la, beta, S, scale = _prepare("chunk_dplr", q, k, v, removal_key, log_alpha, beta, scale,
-                                                  initial_state)
+    q, k, v, kappa, la, beta, S0, scale = _prepare("chunk_dplr", q, k, v, removal_key, log_alpha, beta, scale,
+                                                   initial_state)
     C = check_chunk_size("chunk_dplr", chunk_size, default_chunk_size(q.shape[-1]))
-    o, S = chunk_low_rank(q, k, v, la, beta, kappa, S, scale, C)
+    if q.shape[0] == 0:
+        return v.new_empty(v.shape).to(dtype), (S0 if output_final_state else None)
+    o, S = chunk_low_rank(q, k, v, la, beta, kappa, S0, scale, C)
+    if spread_possible(S) and not spread_possible(S0):  # a non-finite input stays out of earlier outputs
+        p = first_non_finite(q, k, v, kappa, la, beta)
+        o = keep_finite_prefix(o, p, lambda p: chunk_low_rank(*(x[:, :p] for x in (q, k, v, la, beta, kappa)),
+                                                              S0, scale, C)[0])
     return o.to(dtype), (S if output_final_state else None)
