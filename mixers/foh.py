@@ -60,7 +60,7 @@ def direct_causal_conv(x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
 class FOHConfig(BaseModel):
     """A FOH layer of a hybrid (``HybridConfig.foh_layers``)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # every float finite
 
     mode: Literal["circular", "causal"] = Field(description="circular: eq. 6 as written (sees the future, tied to "
                                                 "seq_len); causal: zero-padded 2T FFT convolution")

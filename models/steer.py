@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 class SteerConfig(BaseModel):
     """One block's steering filter (see the module docstring)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # every float finite
 
     kind: Literal["lowpass", "highpass"] = Field(description="keep the frequencies below (lowpass) or above the cutoff")
     cutoff: int = Field(gt=0, description="the cutoff as an rfft bin of a length-seq_len sequence (ST-1: 8, 16, 32)")
