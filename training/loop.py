@@ -83,7 +83,7 @@ def _micro_batches(rows: np.ndarray, micro: int) -> list[np.ndarray]:
 class Trainer:
     """State of one run; ``run()`` trains from the current step to the end."""
 
-    def __init__(self, cfg: TrainConfig, info: DistInfo, run_dir: Path, *, resume: bool, overwrite: bool):
+    def __init__(self, cfg: TrainConfig, info: DistInfo, run_dir: Path, *, resume: bool, overwrite: bool = False):
         self.cfg, self.info, self.run_dir = cfg, info, run_dir
         self.train_ds, self.eval_ds, vocab = build_datasets(cfg.data)
         seed_everything(cfg.seed)
