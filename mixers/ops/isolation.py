@@ -33,8 +33,8 @@ __all__ = ["spread_possible", "first_non_finite", "keep_finite_prefix"]
 
 
 def spread_possible(*tensors: torch.Tensor | None) -> bool:
-    """True if any of the tensors holds NaN or ±inf (None entries are skipped)."""
-    return any(t is not None and not bool(torch.isfinite(t).all()) for t in tensors)
+    """True if any of the tensors holds NaN or ±inf (None entries and meta tensors, which hold no values, are skipped)."""
+    return any(t is not None and t.device.type != "meta" and not bool(torch.isfinite(t).all()) for t in tensors)
 
 
 def first_non_finite(*xs: torch.Tensor | None) -> int | None:
