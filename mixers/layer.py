@@ -276,8 +276,8 @@ class Mixer(nn.Module):
             o = o + self.D[:, None] * v
         if self.spec.layer.output_norm == "gate_then_rmsnorm":  # Mamba2: gate, then norm over each head group
             B, T = o.shape[:2]
-            o = (o * self.output_gate(self.g_proj(x)).view_as(o)).reshape(B, T, self.Hqk, -1)  # [B, T, Hqk, H/Hqk·V]
-            o = o * torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + self.spec.layer.norm_eps)
+            o = (o * self.output_gate(self.g_proj(x)).view_as(o)).reshape(B, T, self.Hqk, self.H // self.Hqk * self.V)
+            o = o * torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + self.spec.layer.norm_eps)  # per group of H/Hqk·V
             return o.reshape(B, T, self.H, self.V) * self.norm_weight.view(self.H, self.V)
         if self.norm_weight is not None:
             o = rms_norm(o, self.norm_weight, self.spec.layer.norm_eps)
