@@ -21,8 +21,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from .experiments import check_result_path, run_seeds, spread, train_variant, write_record
-from .io import add_common_flags, prepare_out
+from .experiments import add_seeded_flags, run_seeds, seeded_cli, spread, train_variant
 
 
 class NIAHExperimentConfig(BaseModel):
@@ -147,31 +146,18 @@ def run_experiment(cfg: NIAHExperimentConfig, seeds: list[int], out: str | Path)
 def register(sub, run) -> None:
     p = sub.add_parser("niah-experiment", help="the thesis' long-context experiment: attention, GDN and a 50 %% "
                        "hybrid trained at L=128 on needles, probed to 1024", description=__doc__)
-    p.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds (default 0)")
-    p.add_argument("--quick", action="store_true", help="a smoke-sized run (a few minutes)")
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default: the config's, 1)")
-    p.add_argument("--result", default=None, metavar="PATH",
-                   help="also write the result record (training/results.py) to PATH (refused if it exists, "
-                        "unless --overwrite)")
-    add_common_flags(p)
+    add_seeded_flags(p)
     p.set_defaults(func=lambda a: run(_cli, a))
 
 
 def _cli(args) -> Path:
-    check_result_path(args)
-    out = prepare_out(args.out, args.overwrite)
-    cfg = NIAHExperimentConfig.quick() if args.quick else NIAHExperimentConfig()
-    if args.threads:
-        cfg = cfg.model_copy(update={"threads": args.threads})
-    result = run_experiment(cfg, args.seeds, out)
-    print(markdown_table(result["summary"], cfg), end="")
-    if args.result:
-        argv = ["probe", "niah-experiment", *(["--quick"] if args.quick else []),
-                *(["--threads", str(args.threads)] if args.threads else []), "--seeds", *map(str, args.seeds),
-                "--out", args.out, "--result", args.result]
-        write_record(args, argv, per_seed=seed_metrics(result["per_seed_raw"], cfg), extra={
-            "config": cfg.model_dump(), "accuracy_mean": {k: v["accuracy_mean"] for k, v in result["summary"].items()}},
-            description="the thesis' needle-in-a-haystack experiment (probes/experiment_niah.py): attention, "
-                        "GDN and a 50 % hybrid trained on needles at L=128, accuracy over context length x depth "
-                        "up to 1024")
-    return out
+    return seeded_cli(args, "niah-experiment", NIAHExperimentConfig, run_experiment, markdown_table, _record)
+
+
+def _record(result: dict, cfg: NIAHExperimentConfig) -> tuple[dict, dict, str]:
+    return (seed_metrics(result["per_seed_raw"], cfg),
+            {"config": cfg.model_dump(),
+             "accuracy_mean": {k: v["accuracy_mean"] for k, v in result["summary"].items()}},
+            "the thesis' needle-in-a-haystack experiment (probes/experiment_niah.py): attention, "
+            "GDN and a 50 % hybrid trained on needles at L=128, accuracy over context length x depth "
+            "up to 1024")

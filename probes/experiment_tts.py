@@ -23,8 +23,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .experiments import check_result_path, run_seeds, spread, train_variant, write_record
-from .io import add_common_flags, prepare_out
+from .experiments import add_seeded_flags, run_seeds, seeded_cli, spread, train_variant
 
 SUMMARY_METRICS = ["pass@k", "maj@k (first k)", "maj@k (random k)", "best-of-N@k (mean log-prob)",
                    "weighted vote@k (random k)"]
@@ -223,32 +222,18 @@ def register(sub, run) -> None:
     p = sub.add_parser("tts-experiment", help="the thesis' test-time scaling experiment: GDN / hybrids / attention "
                        "trained on chain_sum, pass@k and maj@k against k and against decode compute",
                        description=__doc__)
-    p.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds (default 0)")
-    p.add_argument("--quick", action="store_true", help="a smoke-sized run (a few minutes)")
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default: the config's, 1)")
-    p.add_argument("--result", default=None, metavar="PATH",
-                   help="also write the result record (training/results.py) to PATH (refused if it exists, "
-                        "unless --overwrite)")
-    add_common_flags(p)
+    add_seeded_flags(p)
     p.set_defaults(func=lambda a: run(_cli, a))
 
 
 def _cli(args) -> Path:
-    check_result_path(args)
-    out = prepare_out(args.out, args.overwrite)
-    cfg = TTSExperimentConfig.quick() if args.quick else TTSExperimentConfig()
-    if args.threads:
-        cfg = cfg.model_copy(update={"threads": args.threads})
-    result = run_experiment(cfg, args.seeds, out)
-    print(markdown_table(result["summary"], cfg), end="")
-    if args.result:
-        argv = ["probe", "tts-experiment", *(["--quick"] if args.quick else []),
-                *(["--threads", str(args.threads)] if args.threads else []), "--seeds", *map(str, args.seeds),
-                "--out", args.out, "--result", args.result]
-        write_record(args, argv, per_seed=seed_metrics(result["per_seed_raw"], cfg), extra={
-            "config": cfg.model_dump(), "curves": result["summary"]["metrics"],
-            "equal_compute": result["summary"]["equal_compute"]},
-            description="the thesis' test-time scaling experiment (probes/experiment_tts.py): 4-layer d=64 "
-                        "GDN / hybrid / attention models trained on chain_sum; pass@k, maj@k, best-of-N on "
-                        "held-out problems, per-sample decode cost, accuracy at equal compute")
-    return out
+    return seeded_cli(args, "tts-experiment", TTSExperimentConfig, run_experiment, markdown_table, _record)
+
+
+def _record(result: dict, cfg: TTSExperimentConfig) -> tuple[dict, dict, str]:
+    return (seed_metrics(result["per_seed_raw"], cfg),
+            {"config": cfg.model_dump(), "curves": result["summary"]["metrics"],
+             "equal_compute": result["summary"]["equal_compute"]},
+            "the thesis' test-time scaling experiment (probes/experiment_tts.py): 4-layer d=64 "
+            "GDN / hybrid / attention models trained on chain_sum; pass@k, maj@k, best-of-N on "
+            "held-out problems, per-sample decode cost, accuracy at equal compute")

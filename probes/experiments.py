@@ -1,5 +1,7 @@
-"""What the evaluation experiments (experiment_tts.py, experiment_niah.py) share: training one
-model variant, running the seeds (run_seeds), mean and range over seeds, and writing the result record.
+"""What the multi-seed experiments share: training one model variant, running the seeds (run_seeds),
+mean and range over seeds, the command line of a config-driven experiment (add_seeded_flags,
+seeded_cli: experiment_tts.py, experiment_niah.py), the files every experiment writes (save_outputs:
+grokking.py, leak.py) and the result record.
 
     model, seconds, summary = train_variant(runs, label, hybrid, data, steps=..., batch_size=..., lr=..., seed=...)
     spread([0.2, 0.4, 0.3])   {"mean": 0.3, "min": 0.2, "max": 0.4}
@@ -77,3 +79,53 @@ def run_seeds(name: str, cfg, seeds: list[int], out: str | Path, *, run_seed, su
     (out / f"{name}_experiment.md").write_text(markdown_table(summary, cfg))
     save_figures(summary, cfg, out)
     return {**result, "per_seed_raw": per_seed}
+
+
+def add_seeded_flags(p) -> None:
+    """--seeds, --quick, --threads, --result and the common probe flags of a config-driven experiment."""
+    from .io import add_common_flags
+
+    p.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds (default 0)")
+    p.add_argument("--quick", action="store_true", help="a smoke-sized run (a few minutes)")
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: the config's, 1)")
+    p.add_argument("--result", default=None, metavar="PATH",
+                   help="also write the result record (training/results.py) to PATH (refused if it exists, "
+                        "unless --overwrite)")
+    add_common_flags(p)
+
+
+def seeded_cli(args, command: str, config_type, run_experiment, markdown_table, record) -> Path:
+    """``assocmem probe COMMAND`` for a config-driven experiment (flags of ``add_seeded_flags``):
+
+    1. refuse an existing --result and prepare --out (before any work);
+    2. ``config_type.quick()`` or ``config_type()``, with --threads;
+    3. ``run_experiment(cfg, seeds, out)`` and print its markdown table;
+    4. with --result, the record: ``record(result, cfg)`` gives (per_seed, extra, description).
+    """
+    from .io import prepare_out
+
+    check_result_path(args)
+    out = prepare_out(args.out, args.overwrite)
+    cfg = config_type.quick() if args.quick else config_type()
+    if args.threads:
+        cfg = cfg.model_copy(update={"threads": args.threads})
+    result = run_experiment(cfg, args.seeds, out)
+    print(markdown_table(result["summary"], cfg), end="")
+    if args.result:
+        argv = ["probe", command, *(["--quick"] if args.quick else []),
+                *(["--threads", str(args.threads)] if args.threads else []), "--seeds", *map(str, args.seeds),
+                "--out", args.out, "--result", args.result]
+        per_seed, extra, description = record(result, cfg)
+        write_record(args, argv, per_seed=per_seed, extra=extra, description=description)
+    return out
+
+
+def save_outputs(out: Path, name: str, rows: list[dict], records: list[dict], minutes: float, markdown_table,
+                 save_curves) -> None:
+    """``out/NAME.json`` (rows, runs, minutes), ``NAME.md`` (``markdown_table(rows)``) and ``NAME.png``
+    (``save_curves(records, path)``); the table and the minutes are printed."""
+    (out / f"{name}.json").write_text(json.dumps({"rows": rows, "runs": records, "minutes": minutes}, indent=1))
+    (out / f"{name}.md").write_text(markdown_table(rows))
+    save_curves(records, out / f"{name}.png")
+    print(markdown_table(rows), end="")
+    print(f"{minutes:.1f} min")

@@ -273,21 +273,17 @@ def _cli(args) -> int:
 def run_cli(args) -> Path:
     from assocmem.training.results import command_line, write_result
 
+    from .experiments import check_result_path, save_outputs
     from .io import prepare_out
 
-    if args.result and Path(args.result).exists() and not args.overwrite:
-        raise FileExistsError(f"--result {args.result} exists; pass --overwrite to replace it")
+    check_result_path(args)
     out = prepare_out(args.out, args.overwrite)
     start = time.perf_counter()
     records = run_experiment(ps=args.p, seeds=args.seeds, variants=args.variants, epochs=args.epochs,
                              eval_every=args.eval_every, patience=args.patience, jobs=args.jobs, out=out)
     rows = summarize(records, args.epochs)
     minutes = (time.perf_counter() - start) / 60
-    (out / "grokking.json").write_text(json.dumps({"rows": rows, "runs": records, "minutes": minutes}, indent=1))
-    (out / "grokking.md").write_text(markdown_table(rows))
-    save_curves(records, out / "grokking.png")
-    print(markdown_table(rows), end="")
-    print(f"{minutes:.1f} min")
+    save_outputs(out, "grokking", rows, records, minutes, markdown_table, save_curves)
     if args.result:
         per_seed = {s: _seed_metrics(records, s, args.epochs) for s in args.seeds}
         extra = {"rows": rows, "minutes": minutes, "epochs": args.epochs, "eval_every": args.eval_every,

@@ -288,12 +288,12 @@ def text_file(args, out: Path) -> tuple[Path, dict]:
 def run_cli(args) -> Path:
     from assocmem.training.results import command_line, write_result
 
+    from .experiments import check_result_path, save_outputs
     from .io import prepare_out
 
     if args.text is not None and not Path(args.text).is_file():
         raise FileNotFoundError(f"--text {args.text} is not a file")
-    if args.result and Path(args.result).exists() and not args.overwrite:
-        raise FileExistsError(f"--result {args.result} exists; pass --overwrite to replace it")
+    check_result_path(args)
     out = prepare_out(args.out, args.overwrite)
     text, source = text_file(args, out)
     start = time.perf_counter()
@@ -301,11 +301,7 @@ def run_cli(args) -> Path:
                              jobs=args.jobs, out=out, cuts_per_block=args.cuts)
     rows = summarize(records)
     minutes = (time.perf_counter() - start) / 60
-    (out / "leak.json").write_text(json.dumps({"rows": rows, "runs": records, "minutes": minutes}, indent=1))
-    (out / "leak.md").write_text(markdown_table(rows))
-    save_curves(records, out / "leak.png")
-    print(markdown_table(rows), end="")
-    print(f"{minutes:.1f} min")
+    save_outputs(out, "leak", rows, records, minutes, markdown_table, save_curves)
     if args.result:
         per_seed = {s: {f"{r['model']}/{k}": r[k] for r in records if r["seed"] == s
                         for k in ("final_bpc", "final_bpc_control", "final_bpc_tf_at_cuts")} for s in args.seeds}
