@@ -5,6 +5,7 @@
 
     config.py         TrainConfig (pydantic, YAML), load_config(path, overrides), --set parsing
     tasks.py          synthetic datasets: mqar_dataset (Zoology), graph_walk_dataset, selective_copy_dataset
+    rl/               RL after SFT: GRPO family losses, gradient-balanced GRPO, self-distillation
     verifiable/       tasks with checkers (chain_sum, graph_path, modular), GSM8K-style '#### answer' files
     prompt_response.py  prompt + response rows with the loss on the response only
     generation.py     batched sampling through generate() with the cache; response log-probs; context limits
