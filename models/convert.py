@@ -42,6 +42,68 @@ from .presets import build_model
 
 SUPPORTED = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
 
+# Thesis Table 3.3: the layers (0-indexed) replaced in the 16-layer Llama-3.2-1B teacher. "100" keeps
+# layer 0 as attention (15 of 16 layers replaced), as the table lists it.
+TABLE_3_3: dict[str, tuple[int, ...]] = {
+    "none": (),
+    "25": (3, 7, 11, 15),
+    "50": (1, 3, 5, 7, 9, 11, 13, 15),
+    "75": (1, 2, 3, 5, 6, 7, 9, 10, 11, 13, 14, 15),
+    "87_5": (1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 13, 14, 15),
+    "100": tuple(range(1, 16)),
+}
+TABLE_3_3_LAYERS = 16
+
+
+def table_3_3(name: str, num_layers: int) -> list[int]:
+    """The replaced layers of Table 3.3's row ``name`` (25, 50, 75, 87_5, 100, none) for a 16-layer teacher."""
+    if name not in TABLE_3_3:
+        raise ValueError(f"unknown Table 3.3 set {name!r}; choices: {', '.join(TABLE_3_3)}")
+    if num_layers != TABLE_3_3_LAYERS:
+        raise ValueError(f"the Table 3.3 set {name!r} is for a {TABLE_3_3_LAYERS}-layer teacher, this one has "
+                         f"{num_layers}; use replace_fraction (the same spacing at any depth) or an explicit replace")
+    return list(TABLE_3_3[name])
+
+
+def replace_fraction(fraction: float, num_layers: int) -> list[int]:
+    """k = round(fraction · n) evenly spaced layers to replace, spaced as Table 3.3 spaces them.
+
+    k ≤ n/2: the replaced layers are evenly spaced ending at the last layer, n−1 − round(j·n/k) for j < k;
+    k > n/2: the n−k kept attention layers are evenly spaced starting at layer 0, round(i·n/(n−k)).
+    At n = 16 this gives Table 3.3's rows 25, 50, 75 and 87_5 (tests/models/test_convert_presets.py);
+    fraction 1 replaces every layer (the table's "100" keeps layer 0: use ``table_3_3("100", 16)``).
+    """
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"replace_fraction must be in [0, 1], got {fraction}")
+    k = round(fraction * num_layers)
+    if 2 * k <= num_layers:
+        return sorted(num_layers - 1 - round(j * num_layers / k) for j in range(k))
+    kept = {round(i * num_layers / (num_layers - k)) for i in range(num_layers - k)}
+    return [i for i in range(num_layers) if i not in kept]
+
+
+def check_teacher_config(config, replace: Sequence[int]) -> None:
+    """Refuse, from its config alone (before any weight is read), a teacher the student cannot take.
+
+    Names the field: the architecture, rope scaling (``rope_scaling`` / ``rope_parameters.rope_type``),
+    the activation, MLP or attention biases of replaced layers, and ``replace`` indices out of range.
+    """
+    arch = list(getattr(config, "architectures", None) or [])
+    if not arch or arch[0] not in SUPPORTED:
+        raise ValueError(f"teacher architectures = {arch}: cannot convert; supported teachers: {', '.join(SUPPORTED)}")
+    params = dict(getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {})
+    kind = params.get("rope_type", params.get("type", "default"))
+    if kind != "default":
+        raise ValueError(f"teacher rope_scaling: rope_type = {kind!r} is not supported (the student's RoPE is "
+                         f"unscaled); supported: 'default'")
+    _require(config, "hidden_act", {"silu"})
+    _require(config, "mlp_bias", {False, None})
+    _check_replace(replace, config.num_hidden_layers)
+    biased = bool(getattr(config, "attention_bias", False)) or type(config).__name__ == "Qwen2Config"  # Qwen2: always
+    if replace and biased:
+        raise ValueError(f"teacher {type(config).__name__} has q/k/v biases (attention_bias), which a replaced "
+                         f"layer's mixer cannot hold; replace layers of a teacher without attention biases")
+
 
 def from_hf_causal_lm(source: "str | Path | nn.Module", *, replace: Sequence[int] = (),
                       student: MixerSpec | str = "gated_deltanet", identity_conv: bool = False) -> nn.Module:

@@ -33,6 +33,7 @@ SUBCOMMANDS: dict[str, str] = {
     "probe": "assocmem.probes.cli",
     "demo": "assocmem.probes.demo",
     "reproduce": "assocmem.training.reproduce_cli",
+    "distill": "assocmem.training.distill.cli",
 }
 
 

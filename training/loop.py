@@ -24,6 +24,7 @@ import math
 import random
 import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -87,7 +88,7 @@ class Trainer:
         self.cfg, self.info, self.run_dir = cfg, info, run_dir
         self.train_ds, self.eval_ds, vocab = build_datasets(cfg.data)
         seed_everything(cfg.seed)
-        self.model = build_from_config(cfg.model, vocab_size=vocab).to(info.device).train()
+        self.model = self.build_model(vocab).to(info.device).train()
         self.total_steps = cfg.train.total_steps(len(self.train_ds))
         self.sampler = StepSampler(len(self.train_ds), cfg.train.batch_size, seed=cfg.seed)
         self.optimizer = build_optimizer(self.model, cfg.optim)
@@ -98,7 +99,7 @@ class Trainer:
         latest = _on_main(info, lambda: self._open_run_dir(resume, overwrite), *_SETUP_ERRORS)
         if latest is not None:
             self._restore(Path(latest))
-        self.objective = CausalLMObjective(self.model, cfg.train.logits)
+        self.objective = self.build_objective()
         if cfg.train.logits == "supervised":
             ids, labels = batch_tensors(self.train_ds, [0], info.device)
             check_supervised_logits(self.model, ids, labels)
@@ -107,6 +108,15 @@ class Trainer:
             self.wrapped = nn.parallel.DistributedDataParallel(
                 self.objective, device_ids=[info.device.index] if info.device.type == "cuda" else None)
         self.log = RunLog(self.run_dir, keep_until_step=self.step) if info.is_main else None
+
+    def build_model(self, vocab_size: int) -> nn.Module:
+        """The network trained (a subclass may freeze parameters here: the optimizer takes the trainable ones)."""
+        return build_from_config(self.cfg.model, vocab_size=vocab_size)
+
+    def build_objective(self) -> CausalLMObjective:
+        """The module whose forward(input_ids, labels) gives (loss sum, supervised count, correct) and whose
+        ``selected_logits`` the evaluation reads (training/distill/ trains against a teacher through it)."""
+        return CausalLMObjective(self.model, self.cfg.train.logits)
 
     # ------------------------------------------------------------ checkpoints
     def _open_run_dir(self, resume: bool, overwrite: bool) -> str | None:
@@ -285,9 +295,12 @@ class Trainer:
         return summary
 
 
-def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False) -> dict:
+def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False,
+          trainer: Callable[..., Trainer] = Trainer) -> dict:
     """Train the run ``cfg`` describes (joining torchrun's process group if launched by torchrun).
 
+    ``trainer``: Trainer, or a callable with its signature that returns a subclass (training/distill/stages.py
+    passes ``functools.partial(DistillTrainer, teacher=..., stage=...)``).
     Returns the summary (also written to <run>/summary.json). Resuming a run that has already
     trained all its steps returns its summary and writes nothing.
     """
@@ -300,7 +313,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False) ->
             torch.use_deterministic_algorithms(cfg.train.deterministic)
         run_dir = Path(_on_main(info, lambda: str(check_run_dir(cfg, resume=resume, overwrite=overwrite)),
                                 *_SETUP_ERRORS))
-        return Trainer(cfg, info, run_dir, resume=resume, overwrite=overwrite).run()
+        return trainer(cfg, info, run_dir, resume=resume, overwrite=overwrite).run()
     finally:  # leave the process as we found it (train() may be called from a notebook or a test)
         torch.set_num_threads(threads)
         if torch.are_deterministic_algorithms_enabled() != deterministic:

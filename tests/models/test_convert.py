@@ -127,3 +127,16 @@ def test_refusals_name_the_field(tmp_path):
     scaled, _ = teacher("llama", tmp_path, rope_scaling={"rope_type": "linear", "factor": 2.0})
     with pytest.raises(ValueError, match="rope_type = 'linear' is not supported"):
         from_hf_causal_lm(scaled)
+
+
+def test_replace_fraction_gives_the_rows_of_table_3_3():
+    from assocmem.models.convert import TABLE_3_3, replace_fraction, table_3_3
+
+    for fraction, row in [(0.25, "25"), (0.5, "50"), (0.75, "75"), (0.875, "87_5")]:
+        assert replace_fraction(fraction, 16) == list(TABLE_3_3[row]) == table_3_3(row, 16)
+    assert len(table_3_3("100", 16)) == 15 and 0 not in table_3_3("100", 16)  # the table keeps layer 0
+    assert [replace_fraction(f, 4) for f in (0.0, 0.25, 0.5, 0.75, 1.0)] == [[], [3], [1, 3], [1, 2, 3], [0, 1, 2, 3]]
+    with pytest.raises(ValueError, match="replace_fraction must be in"):
+        replace_fraction(1.5, 4)
+    with pytest.raises(ValueError, match="is for a 16-layer teacher, this one has 4"):
+        table_3_3("25", 4)

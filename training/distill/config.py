@@ -1,0 +1,175 @@
+"""DistillConfig: one YAML file describes the four stages of cross-architecture distillation (thesis §3.4).
+
+    name: llama-to-gdn50              # stage folders: <output_dir>/<name>/stage1 ... stage4
+    teacher: runs/teacher/final       # a local Llama / Qwen2 / Qwen3 save_pretrained folder (or run folder)
+    student: {mixer: gated_deltanet, replace_fraction: 0.5, identity_conv: true}
+    data: {kind: mqar, seq_len: 64, num_kv_pairs: 8, vocab_size: 128}
+    stage2: {target: heads, optim: {lr: 1e-3}, train: {steps: 200, batch_size: 32}}
+    stage3: {direction: reverse, temperature: 2.0, optim: {lr: 1e-3}, train: {steps: 300, batch_size: 32}}
+    stage4: {optim: {lr: 5e-4}, train: {steps: 300, batch_size: 32}}
+
+Stage 1 (weight transfer) always runs; a stage left out (null) is skipped and the next one starts
+from the last stage that ran. Every section refuses unknown keys; ``check_distill`` refuses, before any
+work, a missing teacher folder, a teacher the student cannot take and replaced layers out of range,
+naming the field.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from ..config import ConfigError, DataConfig, OptimConfig, TrainLoopConfig, check_run_name, read_yaml
+
+
+class _Strict(BaseModel):
+    """Unknown keys are refused and every float must be finite (as in training/config.py)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+class StudentConfig(_Strict):
+    """The hybrid built in stage 1: which teacher layers lose their attention, and to which mixer."""
+
+    mixer: str = Field("gated_deltanet", description="mixer preset of the replaced layers (a parametric-memory "
+                       "preset: gated_deltanet, mamba2, gla, ...; assocmem.mixers.list_presets())")
+    replace: list[int] | None = Field(None, description="0-indexed teacher layers to replace (exactly one of "
+                                      "replace, table_3_3, replace_fraction)")
+    table_3_3: Literal["none", "25", "50", "75", "87_5", "100"] | None = Field(
+        None, description="a row of the thesis' Table 3.3 (16-layer teacher; '100' keeps layer 0)")
+    replace_fraction: float | None = Field(None, ge=0, le=1, description="replace round(f·n) layers spaced as "
+                                           "Table 3.3 spaces them (models/convert.replace_fraction)")
+    identity_conv: bool = Field(False, description="start each replaced layer's short conv as the identity tap")
+
+    @model_validator(mode="after")
+    def _one_rule(self) -> "StudentConfig":
+        given = [k for k in ("replace", "table_3_3", "replace_fraction") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"student needs exactly one of replace, table_3_3, replace_fraction; got {given or 'none'}")
+        return self
+
+    def layers(self, num_layers: int) -> list[int]:
+        """The replaced layers of a teacher with ``num_layers`` layers (sorted)."""
+        from assocmem.models.convert import replace_fraction, table_3_3
+
+        if self.replace is not None:
+            return sorted(self.replace)
+        if self.table_3_3 is not None:
+            return table_3_3(self.table_3_3, num_layers)
+        return replace_fraction(self.replace_fraction, num_layers)
+
+
+class _Stage(_Strict):
+    optim: OptimConfig = Field(default_factory=OptimConfig, description="optimizer and schedule of this stage")
+    train: TrainLoopConfig = Field(description="loop settings of this stage (steps, batch, checkpoints, ...)")
+
+    @model_validator(mode="after")
+    def _warmup_fits(self):
+        if self.train.steps is not None and self.optim.warmup_steps > self.train.steps:
+            raise ValueError(f"optim.warmup_steps={self.optim.warmup_steps} exceeds train.steps={self.train.steps}")
+        return self
+
+
+class AlignStage(_Stage):
+    """Stage 2, attention alignment (eqs 3.21-3.22): each replaced mixer, given the teacher's normed input at
+    its layer, learns to reproduce that layer's attention output (MSE); the layers train independently."""
+
+    target: Literal["heads", "output"] = Field(
+        "heads", description="heads: per head before o_proj (1/(MH) Σ_m Σ_h (1/d)‖y − ŷ‖², eq. 3.22; needs "
+        "the student's o_proj input to be H heads of the teacher's head width); output: after o_proj (any mixer)")
+    trainable: Literal["mixer", "new"] = Field(
+        "mixer", description="mixer: every parameter of the replaced mixers; new: only those stage 1 did not "
+        "copy from the teacher (gates, conv, feature map, output norm: not q/k/v/o)")
+
+
+class KDStage(_Stage):
+    """Stage 3, logit distillation (eqs 3.23-3.24): w_kl·τ²·KL + w_ce·CE per position."""
+
+    direction: Literal["reverse", "forward"] = Field(
+        "reverse", description="reverse: KL(P_student ‖ P_teacher) as the thesis writes (§3.4, stage 3); forward: "
+        "KL(P_teacher ‖ P_student), what the MambaInLlama code computes")
+    temperature: float = Field(1.0, gt=0, description="τ: both logits divided by τ before the softmax (eq. 3.24)")
+    w_kl: float = Field(1.0, ge=0, description="weight of τ²·KL")
+    w_ce: float = Field(0.0, ge=0, description="weight of the cross-entropy of the student (τ = 1) on the labels")
+    trainable: Literal["mixers", "all"] = Field("all", description="mixers: only the replaced mixers train; all: "
+                                                "every student parameter")
+    positions: Literal["supervised", "all"] = Field(
+        "all", description="positions distilled: the data's supervised ones, or every position of each row up "
+        "to its last supervised one (the teacher's distribution is a target wherever it is defined)")
+
+
+class SFTStage(_Stage):
+    """Stage 4, supervised fine-tuning from the last stage's weights, the loss on the labels (the prompt masked)."""
+
+    data: DataConfig | None = Field(None, description="the SFT data (prompt/response files or a task); null = "
+                                    "the distillation data")
+
+
+class DistillConfig(_Strict):
+    """The four stages (module docstring)."""
+
+    name: str = Field(description="the distillation's folder <output_dir>/<name> (holds stage1 ... stage4)")
+    output_dir: str = Field("runs", description="parent folder")
+    seed: int = Field(0, description="seed of the new mixer parameters (stage 1) and of every stage's loop")
+    teacher: str = Field(description="local transformers Llama / Qwen2 / Qwen3 folder, or a run folder (its final/)")
+    student: StudentConfig = Field(description="the layers replaced and the mixer they get")
+    data: DataConfig = Field(description="the data of stages 2 and 3 (and 4 unless stage4.data is set)")
+    stage2: AlignStage | None = Field(None, description="attention alignment (null = skipped)")
+    stage3: KDStage | None = Field(None, description="logit distillation (null = skipped)")
+    stage4: SFTStage | None = Field(None, description="supervised fine-tuning (null = skipped)")
+
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, name: str) -> str:
+        return check_run_name(name)
+
+    @property
+    def root(self) -> Path:
+        return Path(self.output_dir) / self.name
+
+    def stages(self) -> list[int]:
+        """The stages that run, in order (1 always)."""
+        return [1] + [k for k in (2, 3, 4) if getattr(self, f"stage{k}") is not None]
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
+
+
+def _set(data: dict, dotted: str, value) -> None:
+    node = data
+    *path, key = [p for p in dotted.split(".") if p]
+    for part in path:
+        if node.get(part) is None:  # absent or null section
+            node[part] = {}
+        node = node[part]
+        if not isinstance(node, dict):
+            raise ConfigError(f"--set {dotted}: {part} is not a section")
+    node[key] = value
+
+
+def distill_config_from_dict(data: dict) -> DistillConfig:
+    try:
+        return DistillConfig.model_validate(data)
+    except ValidationError as err:
+        lines = [f"  {'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}" for e in err.errors()]
+        raise ConfigError("invalid distill config:\n" + "\n".join(lines)) from None
+
+
+def load_distill_config(path: str | Path, overrides: list[str] | None = None) -> DistillConfig:
+    """Read a YAML DistillConfig, apply ``key.sub=value`` overrides (values parsed as YAML) and validate;
+    ``name`` defaults to the file's stem."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"distill config file not found: {path}")
+    data = read_yaml(path)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a distill config must be a YAML mapping, got {type(data).__name__}")
+    for item in overrides or []:
+        if "=" not in item:
+            raise ConfigError(f"--set expects key=value (e.g. stage3.temperature=2), got {item!r}")
+        dotted, raw = item.split("=", 1)
+        _set(data, dotted.strip(), yaml.safe_load(raw))
+    data.setdefault("name", path.stem)
+    return distill_config_from_dict(data)

@@ -1,0 +1,245 @@
+"""The four stages of cross-architecture distillation (thesis §3.4), each a run folder under <output_dir>/<name>:
+
+    stage1/  final/ (the converted student, models/convert.py), summary.json (student and teacher accuracy)
+    stage2/  attention alignment (align.py)    a run folder of training/loop.py: config.yaml, log.jsonl,
+    stage3/  logit distillation (kd.py)         checkpoints/, curves.png, summary.json, final/ (loadable with
+    stage4/  supervised fine-tuning             AutoModelForCausalLM); each starts from the previous final/
+
+Stages 2 and 3 are the training loop of ``assocmem train`` (exact resume, DDP, gradient transforms) with
+another objective (``DistillTrainer``); stage 4 is that loop unchanged. Running the same command again
+skips finished stages and resumes a started one from its newest checkpoint (after a SIGKILL too).
+The teacher is loaded once per process and held frozen in eval mode.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import torch
+import yaml
+from torch import nn
+
+from ..checkpoint import latest_checkpoint
+from ..config import ConfigError, ModelConfig, TrainConfig
+from ..data import build_datasets, data_vocab_size
+from ..distributed import barrier, init_distributed
+from ..loop import Trainer, train
+from ..metrics import evaluate
+from ..model_factory import load_pretrained, pretrained_folder
+from ..objective import IGNORE_INDEX, CausalLMObjective
+from ..runlog import CONFIG_FILE, SUMMARY_FILE, config_differences
+from ..tasks import arrays_to_dataset
+from .align import AlignmentObjective
+from .config import AlignStage, DistillConfig, KDStage, distill_config_from_dict
+from .kd import KDObjective
+
+DISTILL_FILE = "distill.yaml"
+TRANSFERRED = ("qkv_proj.weight", "o_proj.weight")  # what stage 1 copies into a replaced mixer
+
+
+# ---------------------------------------------------------------- checks before any work
+def check_distill(cfg: DistillConfig) -> list[int]:
+    """Refuse a config that cannot run, before anything is loaded or written; returns the replaced layers.
+
+    A missing teacher folder (``teacher``), a teacher the student cannot take (``teacher``: architecture,
+    rope scaling, activation, biases), replaced layers out of range (``student.*``), an unknown or
+    non-parametric student mixer (``student.mixer``), data with a larger vocabulary than the teacher's.
+    """
+    from transformers import AutoConfig
+
+    from assocmem.memories import NonParametric, Spectral
+    from assocmem.mixers import get_preset
+    from assocmem.models.convert import check_teacher_config
+
+    try:
+        folder = pretrained_folder(cfg.teacher)
+    except FileNotFoundError as err:
+        raise ConfigError(f"teacher: {err}") from None
+    config = AutoConfig.from_pretrained(folder)
+    try:
+        layers = cfg.student.layers(config.num_hidden_layers)
+        check_teacher_config(config, layers)
+    except ValueError as err:
+        field = "student" if "replace" in str(err) or "Table 3.3" in str(err) else "teacher"
+        raise ConfigError(f"{field}: {err}") from None
+    try:
+        spec = get_preset(cfg.student.mixer)
+    except (KeyError, ValueError) as err:
+        raise ConfigError(f"student.mixer: {err}") from None
+    if isinstance(spec.memory, (NonParametric, Spectral)):
+        raise ConfigError(f"student.mixer: {cfg.student.mixer!r} has a {spec.memory.kind} memory and cannot take the "
+                          f"teacher's q/k/v/o; choose a parametric-memory mixer (gated_deltanet, mamba2, gla, ...)")
+    for where, data in (("data", cfg.data), ("stage4.data", cfg.stage4 and cfg.stage4.data)):
+        if data and data_vocab_size(data) > config.vocab_size:
+            raise ConfigError(f"{where}: vocabulary {data_vocab_size(data)} exceeds the teacher's "
+                              f"vocab_size={config.vocab_size}")
+    if (cfg.stage2 is not None or cfg.stage3 is not None and cfg.stage3.trainable == "mixers") and not layers:
+        raise ConfigError("student: no layer is replaced, so stages 2 and 3 (trainable: mixers) have nothing to train")
+    return layers
+
+
+# ---------------------------------------------------------------- data
+def label_all_positions(dataset):
+    """Every position of a row supervised up to its last supervised one (labels = input_ids there, −100 after:
+    right padding stays out). Rows with no supervised position keep none."""
+    ids = np.asarray(dataset["input_ids"], dtype=np.int64)                 # [N, T]
+    labels = np.asarray(dataset["labels"], dtype=np.int64)                 # [N, T]
+    supervised = labels != IGNORE_INDEX
+    last = np.where(supervised.any(1), labels.shape[1] - 1 - np.argmax(supervised[:, ::-1], axis=1), -1)  # [N]
+    keep = np.arange(labels.shape[1])[None, :] <= last[:, None]           # [N, T]
+    return arrays_to_dataset({"input_ids": ids, "labels": np.where(keep, ids, IGNORE_INDEX)})
+
+
+# ---------------------------------------------------------------- stages 2 and 3
+def trainable_parameters(model: nn.Module, layers: list[int], which: str, *, before_o_proj: bool = False) -> list[str]:
+    """Names of the parameters a stage trains: ``all``; ``mixers``/``mixer`` (the replaced layers' mixers);
+    ``new`` (those mixers' parameters that stage 1 did not copy from the teacher). ``before_o_proj``: leave
+    out o_proj, which a loss read before it does not reach (stage 2, target: heads; DDP needs every trained
+    parameter to get a gradient)."""
+    names = []
+    for name, _ in model.named_parameters():
+        if which == "all":
+            names.append(name)
+            continue
+        for i in layers:
+            prefix = f"model.layers.{i}.mixer."
+            own = name[len(prefix):]
+            if name.startswith(prefix) and (which != "new" or own not in TRANSFERRED) and not (
+                    before_o_proj and own.startswith("o_proj.")):
+                names.append(name)
+    return names
+
+
+class DistillTrainer(Trainer):
+    """The training loop with a teacher: stage 2 (AlignmentObjective) or stage 3 (KDObjective)."""
+
+    def __init__(self, cfg: TrainConfig, info, run_dir: Path, *, resume: bool, overwrite: bool = False,
+                 teacher: nn.Module, stage: AlignStage | KDStage, layers: list[int]):
+        self.teacher, self.stage, self.layers = teacher, stage, layers
+        super().__init__(cfg, info, run_dir, resume=resume, overwrite=overwrite)
+        if isinstance(stage, AlignStage) or stage.positions == "all":
+            self.train_ds = label_all_positions(self.train_ds)
+
+    def build_model(self, vocab_size: int) -> nn.Module:
+        model = super().build_model(vocab_size)
+        which = self.stage.trainable
+        heads = isinstance(self.stage, AlignStage) and self.stage.target == "heads"
+        chosen = set(trainable_parameters(model, self.layers, which, before_o_proj=heads))
+        if not chosen:
+            raise ValueError(f"trainable: {which} selects no parameter of the student (replaced layers {self.layers})")
+        for name, p in model.named_parameters():
+            p.requires_grad_(name in chosen)
+        return model
+
+    def build_objective(self) -> CausalLMObjective:
+        teacher = self.teacher.to(self.info.device)
+        if isinstance(self.stage, AlignStage):
+            return AlignmentObjective(self.model, teacher, self.layers, self.stage.target)
+        s = self.stage
+        return KDObjective(self.model, teacher, direction=s.direction, temperature=s.temperature, w_kl=s.w_kl,
+                           w_ce=s.w_ce)
+
+
+def stage_config(cfg: DistillConfig, k: int, init_from: Path) -> TrainConfig:
+    """The TrainConfig of stage k (2, 3 or 4): its folder <root>/stage<k>, starting from ``init_from``."""
+    stage = getattr(cfg, f"stage{k}")
+    data = stage.data if k == 4 and stage.data is not None else cfg.data
+    return TrainConfig.model_validate({
+        "name": f"stage{k}", "output_dir": str(cfg.root), "seed": cfg.seed,
+        "model": ModelConfig(init_from=str(init_from)).model_dump(mode="json"),
+        "data": data.model_dump(mode="json"), "optim": stage.optim.model_dump(mode="json"),
+        "train": stage.train.model_dump(mode="json")})
+
+
+# ---------------------------------------------------------------- stage 1
+def _eval(model: nn.Module, eval_ds, batch_size: int, info) -> dict | None:
+    if eval_ds is None:
+        return None
+    return evaluate(CausalLMObjective(model, "all"), eval_ds, batch_size=batch_size, info=info)
+
+
+def run_stage1(cfg: DistillConfig, teacher: nn.Module, layers: list[int], *, overwrite: bool) -> dict:
+    """Weight transfer (models/convert.py): write <root>/stage1/final and summary.json (student and teacher
+    accuracy on the eval set). Rank 0 writes; the others wait."""
+    from assocmem.models.convert import from_hf_causal_lm
+
+    out = cfg.root / "stage1"
+    info = init_distributed("auto")
+    if info.is_main:
+        if out.exists() and any(out.iterdir()):
+            if not overwrite:
+                raise FileExistsError(f"{out} already exists; rerun without --stage to continue, or --overwrite")
+            if not (out / "final").is_dir() and not (out / SUMMARY_FILE).is_file():
+                raise FileExistsError(f"--overwrite deletes only a stage folder; {out} holds neither final/ nor "
+                                      f"{SUMMARY_FILE}, so it is left as it is")
+            shutil.rmtree(out)
+        torch.manual_seed(cfg.seed)  # the replaced mixers' fresh gates, conv and norms
+        student = from_hf_causal_lm(teacher, replace=layers, student=cfg.student.mixer,
+                                    identity_conv=cfg.student.identity_conv)
+        _, eval_ds, _ = build_datasets(cfg.data)
+        batch = next((getattr(cfg, f"stage{k}").train.eval_batch_size for k in cfg.stages()[1:]), 64)
+        summary = {"name": "stage1", "replaced": layers, "mixer": cfg.student.mixer,
+                   "eval": _eval(student, eval_ds, batch, info), "teacher_eval": _eval(teacher, eval_ds, batch, info)}
+        student.save_pretrained(out / "final")
+        (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
+    barrier()
+    return json.loads((out / SUMMARY_FILE).read_text())
+
+
+# ---------------------------------------------------------------- all stages
+def stage_status(folder: Path) -> str:
+    """'done' (summary.json), 'started' (a config.yaml or a checkpoint), or 'new'."""
+    if (folder / SUMMARY_FILE).is_file():
+        return "done"
+    if folder.is_dir() and ((folder / CONFIG_FILE).is_file() or latest_checkpoint(folder) is not None):
+        return "started"
+    return "new"
+
+
+def _record_config(cfg: DistillConfig, overwrite: bool) -> None:
+    """<root>/distill.yaml: the config of the stages in the folder; another config there is refused."""
+    path = cfg.root / DISTILL_FILE
+    if path.is_file() and not overwrite:
+        old = distill_config_from_dict(yaml.safe_load(path.read_text())).model_dump(mode="json")
+        changed = config_differences(old, cfg.model_dump(mode="json"))
+        if changed:
+            raise ValueError(f"{cfg.root} holds a distillation with another config (changed: {changed}); choose "
+                             f"another name, or --overwrite to redo the stages with this one")
+    cfg.root.mkdir(parents=True, exist_ok=True)
+    path.write_text(cfg.to_yaml())
+
+
+def run_distill(cfg: DistillConfig, *, stage: int | None = None, overwrite: bool = False) -> dict[str, dict]:
+    """Run the configured stages (or only ``stage``), skipping finished ones and resuming a started one;
+    returns {"stage<k>": summary}. Everything is checked (``check_distill``) before any work."""
+    layers = check_distill(cfg)
+    stages = cfg.stages()
+    if stage is not None and stage not in stages:
+        raise ConfigError(f"--stage {stage}: stage{stage} is not configured (it is null); configured: {stages}")
+    chosen = stages if stage is None else [stage]
+    if stage is not None and stage > 1:
+        before = cfg.root / f"stage{stages[stages.index(stage) - 1]}"
+        if stage_status(before) != "done":
+            raise ValueError(f"--stage {stage} starts from {before}/final, which is not finished; run it first")
+    if init_distributed("auto").is_main:
+        _record_config(cfg, overwrite)
+    teacher = load_pretrained(cfg.teacher)
+    summaries = {}
+    for k in chosen:
+        folder = cfg.root / f"stage{k}"
+        status = stage_status(folder)
+        if status == "done" and not overwrite:
+            summaries[f"stage{k}"] = json.loads((folder / SUMMARY_FILE).read_text())
+            continue
+        if k == 1:
+            summaries["stage1"] = run_stage1(cfg, teacher, layers, overwrite=overwrite)
+            continue
+        previous = cfg.root / f"stage{stages[stages.index(k) - 1]}" / "final"
+        make = Trainer if k == 4 else functools.partial(DistillTrainer, teacher=teacher, layers=layers,
+                                                        stage=getattr(cfg, f"stage{k}"))
+        summaries[f"stage{k}"] = train(stage_config(cfg, k, previous), resume=status == "started" and not overwrite,
+                                       overwrite=overwrite, trainer=make)
+    return summaries
