@@ -11,6 +11,7 @@ discovery:
     assocmem train CONFIG / eval RUN_DIR              training/run_cli.py
     assocmem probe <name> ... / demo                  probes/cli.py, probes/demo.py
     assocmem reproduce --list / NAME                  training/reproduce_cli.py
+    assocmem rl CONFIG                                training/rl/cli.py
 
 The table names modules by string and imports only the one a command needs, when it
 runs: ``assocmem derive`` does not pay for transformers, and this module imports nothing
@@ -34,6 +35,7 @@ SUBCOMMANDS: dict[str, str] = {
     "demo": "assocmem.probes.demo",
     "reproduce": "assocmem.training.reproduce_cli",
     "distill": "assocmem.training.distill.cli",
+    "rl": "assocmem.training.rl.cli",
 }
 
 

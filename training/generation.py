@@ -101,23 +101,34 @@ def _cut(row: torch.Tensor, eos_token_id: int | None) -> tuple[tuple[int, ...], 
     return tuple(tokens), eos_token_id is None
 
 
-@torch.no_grad()
-def response_logprobs(model, sequences: torch.Tensor, mask: torch.Tensor, prompt_width: int,
-                      lengths: Sequence[int]) -> np.ndarray:
-    """Σ log p(token) over each row's response, teacher-forced.
+def token_logprobs(model, sequences: torch.Tensor, mask: torch.Tensor, prompt_width: int,
+                   dtype: torch.dtype | None = None) -> torch.Tensor:
+    """log p(token) [B, new] of every response position, teacher-forced (differentiable).
 
     sequences [B, W + new] (left-padded prompts of width W, then the responses), mask [B, W + new]
-    (the prompt padding mask, 1 on every response position); lengths[b] response tokens of row b.
-    Returns float64 [B]. Models whose forward takes ``position_ids`` (transformers') get the
+    (the prompt padding mask, 1 on every response position). The log-softmax runs in ``dtype``
+    (default: the logits'). Models whose forward takes ``position_ids`` (transformers') get the
     positions of the unpadded rows, as in generate(); assocmem's models derive them from the mask.
     """
     extra = {}
     if "position_ids" in inspect.signature(model.forward).parameters:             # transformers' models: the
         extra["position_ids"] = (mask.cumsum(-1) - 1).clamp(min=0)               # positions generate() used
     logits = model(input_ids=sequences, attention_mask=mask, **extra).logits    # [B, W + new, V]
-    logp = F.log_softmax(logits[:, prompt_width - 1:-1].double(), dim=-1)       # position t predicts t + 1
+    logits = logits[:, prompt_width - 1:-1]                                     # position t predicts t + 1
+    logp = F.log_softmax(logits if dtype is None else logits.to(dtype), dim=-1)
     targets = sequences[:, prompt_width:]                                       # [B, new]
-    token_logp = logp.gather(-1, targets[..., None])[..., 0]                    # [B, new]
+    return logp.gather(-1, targets[..., None])[..., 0]                          # [B, new]
+
+
+@torch.no_grad()
+def response_logprobs(model, sequences: torch.Tensor, mask: torch.Tensor, prompt_width: int,
+                      lengths: Sequence[int]) -> np.ndarray:
+    """Σ log p(token) over each row's response, teacher-forced (``token_logprobs`` in float64).
+
+    lengths[b] response tokens of row b. Returns float64 [B].
+    """
+    token_logp = token_logprobs(model, sequences, mask, prompt_width, torch.float64)   # [B, new]
+    targets = sequences[:, prompt_width:]
     keep = torch.arange(targets.shape[1])[None, :] < torch.as_tensor(list(lengths))[:, None]
     return (token_logp * keep).sum(-1).numpy()
 

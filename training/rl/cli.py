@@ -1,0 +1,48 @@
+"""``assocmem rl CONFIG.yaml [--set key=value ...] [--resume | --overwrite]``.
+
+Under torchrun the same command runs on every process:
+
+    torchrun --nproc_per_node=2 -m assocmem.training.cli rl CONFIG.yaml
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ..config import ConfigError
+from .config import load_rl_config
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("rl", help="RL after SFT: GRPO family, gradient-balanced GRPO, self-distillation",
+                              description="Reinforcement learning on a verifiable task from a YAML RLConfig "
+                                          "(training/rl/config.py).")
+    p.add_argument("config", help="YAML RLConfig file")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a field, e.g. --set loss.algorithm=balanced (repeatable)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--resume", action="store_true", help="continue from the newest checkpoint that verifies (exact)")
+    mode.add_argument("--overwrite", action="store_true", help="replace an existing run folder of the same name")
+    p.add_argument("--print-config", action="store_true", help="print the validated config and exit")
+    p.set_defaults(func=_rl)
+
+
+def _rl(args: argparse.Namespace) -> int:
+    try:
+        cfg = load_rl_config(args.config, args.overrides)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if args.print_config:
+        print(cfg.to_yaml())
+        return 0
+    from .loop import train_rl
+
+    try:
+        summary = train_rl(cfg, resume=args.resume, overwrite=args.overwrite)
+    except (ValueError, FileExistsError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(json.dumps(summary, indent=2))
+    return 0

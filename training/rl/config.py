@@ -1,0 +1,159 @@
+"""RLConfig: one YAML file describes an RL run after SFT (``assocmem rl CONFIG.yaml``).
+
+    name: chain-sum-grpo
+    model: {init_from: runs/chain-sum-sft}      # the policy starts from the SFT model
+    reference: null                             # frozen KL reference (null: the policy's init_from)
+    data: {kind: chain_sum, num_digits: 6, num_train: 2000, num_eval: 200}   # prompts, held-out prompts
+    rollout: {group_size: 8, prompts_per_step: 8, temperature: 1.0, reward: correct}
+    loss: {algorithm: balanced, aggregation: dapo, beta: 0.0}
+    optim: {lr: 1e-4, warmup_steps: 0, weight_decay: 0.0}
+    train: {steps: 100, eval_every: 20}
+
+Every section refuses unknown keys and every float must be finite; errors name the field
+(``rollout.group_size: Input should be greater than or equal to 2``).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from ..config import (ChainSumData, ConfigError, GraphPathData, ModelConfig, ModularData, NeedleData, OptimConfig,
+                      check_run_name, read_yaml)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+TaskData = Annotated[Union[ChainSumData, GraphPathData, ModularData, NeedleData], Field(discriminator="kind")]
+
+
+class Mastered(_Strict):
+    """Nautile §4.2: skip a group whose mean reward is above ``mean_above`` and minimum above ``min_above``."""
+
+    mean_above: float = Field(description="mean reward of the group above which it may be mastered")
+    min_above: float = Field(description="and minimum reward above which it is")
+
+
+class RolloutConfig(_Strict):
+    """How completions are sampled and scored."""
+
+    group_size: int = Field(8, ge=2, description="G, completions per prompt (advantages need >= 2)")
+    prompts_per_step: int = Field(8, ge=1, description="prompts per round (global; split over processes)")
+    temperature: float = Field(1.0, gt=0, description="sampling temperature (> 0: RL samples)")
+    top_p: float = Field(1.0, gt=0, le=1, description="nucleus mass (1 = off)")
+    max_new_tokens: int | None = Field(None, ge=1, description="response budget T_max (null: the task's)")
+    reward: str = Field("correct", description="registered reward name (rewards.py REWARDS: correct, correct_last, "
+                        "correct_strict, or one added with register_reward)")
+    overlong_penalty: float = Field(0.0, ge=0, description="subtracted from the reward of a completion without EOS")
+    advantage_scale: Literal["none", "group", "batch"] = Field(
+        "none", description="none: A = r − mean (Dr. GRPO); group: ÷ (group std + 1e-4) (GRPO); batch: ÷ batch std")
+    mastered: Mastered | None = Field(None, description="skip mastered groups (Nautile §4.2); null = keep all")
+
+
+class LossConfig(_Strict):
+    """What is optimised on each round's samples."""
+
+    algorithm: Literal["policy_gradient", "balanced", "self_distillation"] = Field(
+        "policy_gradient", description="policy_gradient: the GRPO-family loss; balanced: g⁺ + ‖g⁺‖/(‖g⁻‖+ε) g⁻ "
+        "(Nautile §4.3); self_distillation: advantage-weighted CE on completions with A > 0 (Nautile §4.4)")
+    aggregation: Literal["grpo", "bnpo", "dr_grpo", "dapo"] = Field(
+        "dapo", description="token weights (losses.py; TRL's loss_type of the same name)")
+    beta: float = Field(0.0, ge=0, description="weight of the k3 KL to the frozen reference")
+    eps_low: float = Field(0.2, ge=0, lt=1, description="ratio clip below: 1 − eps_low")
+    eps_high: float = Field(0.2, ge=0, description="ratio clip above: 1 + eps_high (DAPO: 0.28)")
+    inner_iterations: int = Field(1, ge=1, description="optimizer steps per round on the same samples (GRPO's μ; "
+                                  "self-distillation's epochs E)")
+    balance_eps: float = Field(1e-8, gt=0, description="ε of the balancing scale")
+    balance_cap: bool = Field(False, description="scale g⁻ by min(1, ‖g⁺‖/(‖g⁻‖+ε)): never up")
+    distill_weighting: Literal["advantage", "none"] = Field(
+        "advantage", description="self-distillation: CE weighted by A (Nautile) or plain CE on the kept set")
+
+
+class RLLoopConfig(_Strict):
+    """Loop settings."""
+
+    steps: int = Field(gt=0, description="rounds (sample, then inner_iterations optimizer steps)")
+    eval_every: int = Field(0, ge=0, description="held-out pass@1 every N rounds (0: at the start and end only)")
+    eval_samples: int = Field(8, ge=1, description="completions per held-out prompt for pass@1")
+    eval_temperature: float = Field(1.0, ge=0, description="temperature of the held-out samples (0 = greedy)")
+    eval_batch_size: int = Field(64, ge=1, description="rows per generate() call in evaluation")
+    log_every: int = Field(1, gt=0, description="a JSONL line every N rounds")
+    checkpoint_every: int = Field(0, ge=0, description="checkpoint every N rounds (0: at the end only)")
+    keep_last: int = Field(2, gt=0, description="checkpoints kept")
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto = cuda when available")
+    threads: int | None = Field(None, gt=0, description="torch.set_num_threads (null = torch default)")
+    progress: bool = Field(True, description="tqdm progress bar on rank 0")
+
+
+class RLConfig(_Strict):
+    """An RL run after SFT."""
+
+    name: str | None = Field(None, description="run name; the run folder is <output_dir>/<name> (default: file stem)")
+    output_dir: str = Field("runs", description="parent folder of run folders")
+    seed: int = Field(0, ge=0, description="seed of sampling and of everything random in the loop")
+    model: ModelConfig = Field(description="the policy (usually init_from the SFT run)")
+    reference: str | None = Field(None, description="save_pretrained or run folder of the frozen KL reference "
+                                  "(null: model.init_from, or the initial policy)")
+    data: TaskData = Field(description="the verifiable task: num_train prompts to train on, num_eval held out")
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="sampling and rewards")
+    loss: LossConfig = Field(default_factory=LossConfig, description="the objective")
+    optim: OptimConfig = Field(default_factory=lambda: OptimConfig(lr=1e-4, weight_decay=0.0, grad_clip=1.0),
+                               description="AdamW and schedule (training/config.py)")
+    train: RLLoopConfig = Field(description="loop settings")
+
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, name: str | None) -> str | None:
+        return None if name is None else check_run_name(name)
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
+
+
+def _set(data: dict, dotted: str, value: Any) -> None:
+    node = data
+    *path, key = dotted.split(".")
+    for part in path:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"--set {dotted}: {part} is not a section")
+    node[key] = value
+
+
+def _where(loc: tuple) -> str:
+    """Dotted field of a pydantic error location (the data union's tag, e.g. ``chain_sum``, left out)."""
+    parts = [str(p) for p in loc]
+    if len(parts) > 2 and parts[0] == "data":
+        parts = [parts[0], *parts[2:]]
+    return ".".join(parts) or "(top)"
+
+
+def rl_config_from_dict(data: dict) -> RLConfig:
+    """Validate a raw dict; every problem is listed with its dotted field."""
+    try:
+        return RLConfig.model_validate(data)
+    except ValidationError as err:
+        lines = [f"  {_where(e['loc'])}: {e['msg']}" for e in err.errors()]
+        raise ConfigError("invalid RL config:\n" + "\n".join(lines)) from None
+
+
+def load_rl_config(path: str | Path, overrides: list[str] | None = None) -> RLConfig:
+    """Read a YAML RLConfig, apply ``--set key=value`` (values parsed as YAML) and validate; name
+    defaults to the file stem."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    data = read_yaml(path)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a config must be a YAML mapping, got {type(data).__name__}")
+    for item in overrides or []:
+        if "=" not in item:
+            raise ConfigError(f"--set expects key=value (e.g. loss.beta=0.04), got {item!r}")
+        key, raw = item.split("=", 1)
+        _set(data, key.strip(), yaml.safe_load(raw))
+    data.setdefault("name", path.stem)
+    return rl_config_from_dict(data)
