@@ -10,11 +10,13 @@ Layout of a run folder:
                                                          transforms' state (torch.save of
                                                          tensors and plain Python values only, so
                                                          torch.load(weights_only=True) reads it)
-    <run>/checkpoints/step_00000120/checksums.json      SHA-256 and size of the two files above
+    <run>/checkpoints/step_00000120/config.json         the model's transformers config (HF models):
+                                                         the folder loads with from_pretrained
+    <run>/checkpoints/step_00000120/checksums.json      SHA-256 and size of the files above
 
 Writing (``save_checkpoint``):
 
-  1. both files go into ``checkpoints/.tmp-step_...`` and are fsynced;
+  1. the files go into ``checkpoints/.tmp-step_...`` and are fsynced;
   2. they are read back and hashed, and ``checksums.json`` is written last (and fsynced): a
      temporary folder holding a manifest that matches its files is complete;
   3. the folder is renamed to its final name (atomic on POSIX). Re-saving a step that exists
@@ -49,6 +51,7 @@ from torch import nn
 _STEP_DIR = re.compile(r"^step_(\d{8})$")
 _ASIDE = re.compile(r"^\.(tmp|old)-(step_\d{8})-\d+$")  # folders of an interrupted write
 WEIGHTS_FILE, STATE_FILE, MANIFEST_FILE = "model.safetensors", "state.pt", "checksums.json"
+CONFIG_FILE = "config.json"  # optional (absent for a model without a transformers config, or an older checkpoint)
 DAMAGED_PREFIX = "damaged-"
 
 
@@ -98,9 +101,10 @@ def _sha256(path: Path) -> str:
 
 
 def _manifest(folder: Path) -> dict[str, dict[str, Any]]:
-    """{file: {"sha256", "bytes"}} of the two checkpoint files as they are on disk."""
+    """{file: {"sha256", "bytes"}} of the checkpoint files (the two required ones and config.json
+    when present) as they are on disk."""
     return {name: {"sha256": _sha256(folder / name), "bytes": (folder / name).stat().st_size}
-            for name in (WEIGHTS_FILE, STATE_FILE)}
+            for name in (WEIGHTS_FILE, STATE_FILE, CONFIG_FILE) if (folder / name).is_file()}
 
 
 def _non_finite_weight(path: Path) -> str | None:
@@ -116,8 +120,9 @@ def _non_finite_weight(path: Path) -> str | None:
 def checkpoint_problem(checkpoint: str | Path) -> str | None:
     """What is wrong with a checkpoint folder, or None when it verifies.
 
-    Checks, in order: both files and ``checksums.json`` exist, each file's size and SHA-256
-    match the manifest, and every floating tensor of the weights is finite.
+    Checks, in order: both files and ``checksums.json`` exist, each file the manifest names (the
+    two, and config.json when it was written) exists and its size and SHA-256 match, and every
+    floating tensor of the weights is finite.
     """
     folder = Path(checkpoint)
     for name in (WEIGHTS_FILE, STATE_FILE):
@@ -130,10 +135,13 @@ def checkpoint_problem(checkpoint: str | Path) -> str | None:
         expected = json.loads((folder / MANIFEST_FILE).read_text())["files"]
     except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError) as err:
         return f"{folder / MANIFEST_FILE} is unreadable ({type(err).__name__}: {err})"
-    for name in (WEIGHTS_FILE, STATE_FILE):
+    listed = (CONFIG_FILE,) if isinstance(expected, dict) and CONFIG_FILE in expected else ()
+    for name in (WEIGHTS_FILE, STATE_FILE, *listed):
         want = expected.get(name) if isinstance(expected, dict) else None
         if not isinstance(want, dict):
             return f"{folder / MANIFEST_FILE} has no checksum for {name}"
+        if not (folder / name).is_file():
+            return f"{folder / name} is missing"
         size = (folder / name).stat().st_size
         if size != want.get("bytes"):
             return f"{folder / name} has {size} bytes, its checksum was taken over {want.get('bytes')}"
@@ -250,24 +258,37 @@ def _fsync(path: Path) -> None:
 
 
 def seal_checkpoint(folder: str | Path) -> None:
-    """Write ``checksums.json`` for the two files of ``folder`` as they are on disk now (fsynced).
+    """Write ``checksums.json`` for the files of ``folder`` as they are on disk now (fsynced).
 
     ``save_checkpoint`` calls it; call it yourself after editing a checkpoint on purpose (the
     edited files are what the checksums will then vouch for).
     """
     folder = Path(folder)
-    for f in (folder / WEIGHTS_FILE, folder / STATE_FILE):
-        _fsync(f)
+    for name in (WEIGHTS_FILE, STATE_FILE, CONFIG_FILE):
+        if (folder / name).is_file():
+            _fsync(folder / name)
     manifest = {"format": 1, "files": _manifest(folder)}  # hashed as read back from disk
     (folder / MANIFEST_FILE).write_text(json.dumps(manifest, indent=1))
     _fsync(folder / MANIFEST_FILE)
     _fsync(folder)
 
 
+def _write_config(folder: Path, model: nn.Module) -> None:
+    """config.json of a transformers model (as ``save_pretrained`` writes it, ``architectures``
+    included), so the checkpoint folder loads with ``AutoModelForCausalLM.from_pretrained``."""
+    config = getattr(model, "config", None)
+    if config is None or not hasattr(config, "to_json_file"):
+        return
+    if not getattr(config, "architectures", None):
+        config.architectures = [type(model).__name__]
+    config.to_json_file(str(folder / CONFIG_FILE))
+
+
 def _write_files(folder: Path, step: int, model: nn.Module, state: dict[str, Any]) -> None:
-    """Steps 1-2 of the module docstring: the two files, fsynced, then their manifest."""
+    """Steps 1-2 of the module docstring: the files, fsynced, then their manifest."""
     save_model(model, str(folder / WEIGHTS_FILE))
     torch.save({**state, "step": step}, folder / STATE_FILE)
+    _write_config(folder, model)
     seal_checkpoint(folder)
 
 

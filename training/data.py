@@ -17,10 +17,12 @@ import numpy as np
 
 from .prompt_response import prompt_response_arrays
 from .tasks import arrays_to_dataset
-from .text_files import ByteTokenizer, Tokenizer, encode_text, load_text_files, load_tokenizer, tokenizer_vocab_size
+from .text_files import (ByteTokenizer, Tokenizer, encode_text, hf_tokenizer, load_text_files, load_tokenizer,
+                         save_tokenizer, tokenizer_vocab_size)
 
-__all__ = ["ByteTokenizer", "Tokenizer", "encode_text", "load_text_files", "load_tokenizer", "tokenizer_vocab_size",
-           "pack_dataset", "pair_dataset", "data_vocab_size", "build_datasets"]
+__all__ = ["ByteTokenizer", "Tokenizer", "encode_text", "hf_tokenizer", "load_text_files", "load_tokenizer",
+           "save_tokenizer", "tokenizer_vocab_size", "pack_dataset", "pair_dataset", "data_vocab_size",
+           "data_tokenizer", "data_eos_id", "build_datasets"]
 
 def pack_dataset(raw: datasets.Dataset, tokenizer, seq_len: int, *, text_field: str = "text") -> datasets.Dataset:
     """Tokenize every record's ``text_field``, end each with EOS, concatenate, cut into
@@ -80,6 +82,24 @@ def data_vocab_size(data) -> int:
     from .config import FilesData
 
     return tokenizer_vocab_size(load_tokenizer(data.tokenizer)) if isinstance(data, FilesData) else data.vocab_size
+
+
+def data_tokenizer(data):
+    """The text tokenizer of a ``TrainConfig.data`` section (file data), or None (synthetic tasks,
+    whose ids are symbols of the task, not text)."""
+    from .config import FilesData
+
+    return load_tokenizer(data.tokenizer) if isinstance(data, FilesData) else None
+
+
+def data_eos_id(data, tokenizer=None) -> int | None:
+    """The id that ends a document or a response in this data (the tokenizer's EOS for file data,
+    the task's for verifiable tasks), or None when the data has none."""
+    from .verifiable import VerifiableTask
+
+    if tokenizer is not None:
+        return getattr(tokenizer, "eos_token_id", None)
+    return data.eos_id if isinstance(data, VerifiableTask) else None
 
 
 def build_datasets(data) -> tuple[datasets.Dataset, datasets.Dataset | None, int]:

@@ -33,12 +33,12 @@ from tqdm.auto import tqdm
 
 from . import checkpoint as ckpt
 from .config import TrainConfig
-from .data import build_datasets
+from .data import build_datasets, data_eos_id, data_tokenizer, save_tokenizer
 from .distributed import (DistInfo, all_gather_object, all_reduce_sum, barrier, broadcast_object, init_distributed,
                           rank_slice, shutdown)
 from .grad_transforms import GradTransforms
 from .metrics import batch_tensors, evaluate
-from .model_factory import build_from_config, model_description
+from .model_factory import build_from_config, model_description, set_end_token
 from .objective import CausalLMObjective, check_supervised_logits
 from .optim import build_optimizer, build_scheduler, extend_schedule
 from .runlog import SUMMARY_FILE, RunLog, check_run_dir, create_run_dir, plot_curves
@@ -89,6 +89,8 @@ class Trainer:
         self.train_ds, self.eval_ds, vocab = build_datasets(cfg.data)
         seed_everything(cfg.seed)
         self.model = self.build_model(vocab).to(info.device).train()
+        self.tokenizer = data_tokenizer(cfg.data)  # saved beside the final model (None: synthetic ids)
+        set_end_token(self.model, data_eos_id(cfg.data, self.tokenizer))
         self.total_steps = cfg.train.total_steps(len(self.train_ds))
         self.sampler = StepSampler(len(self.train_ds), cfg.train.batch_size, seed=cfg.seed)
         self.optimizer = build_optimizer(self.model, cfg.optim)
@@ -288,6 +290,8 @@ class Trainer:
                    "world_size": self.info.world_size, "model": model_description(self.model), "eval": final_eval}
         if self.info.is_main:
             self.model.save_pretrained(self.run_dir / "final")
+            if self.tokenizer is not None:
+                save_tokenizer(self.tokenizer, self.run_dir / "final")
             (self.run_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
             self.log.close()
             plot_curves(self.run_dir)

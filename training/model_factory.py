@@ -147,6 +147,20 @@ def _init_from(model: ModelConfig, vocab_size: int | None) -> nn.Module:
     return net
 
 
+def set_end_token(net: nn.Module, eos_id: int | None) -> None:
+    """Write the data's end-of-document id into the model's config (saved in every checkpoint's and
+    final/'s config.json) and generation config (``generate`` and ``pipeline`` stop there; padding
+    defaults to it). None (data without one) leaves the model as it is."""
+    if eos_id is None:
+        return
+    net.config.eos_token_id = eos_id
+    generation = getattr(net, "generation_config", None)
+    if generation is not None:
+        generation.eos_token_id = eos_id
+        if generation.pad_token_id is None:
+            generation.pad_token_id = eos_id
+
+
 def model_description(net: nn.Module) -> dict:
     """Parameter count and class, for the run log."""
     return {"class": type(net).__name__, "parameters": sum(p.numel() for p in net.parameters())}

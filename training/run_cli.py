@@ -50,7 +50,9 @@ def register(subparsers) -> None:
                    help="override config fields before evaluating, e.g. --set data.num_kv_pairs=32")
     e.add_argument("--checkpoint", help="checkpoint folder (default: the run's latest)")
     e.add_argument("--batch-size", type=positive_int, help="sequences per forward, >= 1 (default: train.eval_batch_size)")
-    e.add_argument("--json", help="write the metrics to this file (default: RUN_DIR/eval.json)")
+    e.add_argument("--json", help="write the metrics to this file (default: RUN_DIR/eval.json); an existing "
+                   "file is refused unless --overwrite")
+    e.add_argument("--overwrite", action="store_true", help="replace an existing metrics file")
     e.set_defaults(func=_eval)
 
 
@@ -164,10 +166,14 @@ def _seeds(args: argparse.Namespace) -> int:
 
 
 def _eval_output(args: argparse.Namespace) -> Path:
-    """Where ``eval`` writes its JSON, checked before the work (the parent must be a folder, the path not one)."""
+    """Where ``eval`` writes its JSON, checked before the work (the parent must be a folder, the path not
+    one, and an existing file is replaced only with --overwrite)."""
     out = Path(args.json) if args.json else Path(args.run_dir) / "eval.json"
     if out.is_dir():
         raise ValueError(f"--json {out} is a folder; give a file path")
+    if out.exists() and not args.overwrite:
+        raise FileExistsError(f"{out} exists (an earlier evaluation); pass --overwrite to replace it or --json "
+                              f"to write elsewhere")
     if not out.parent.is_dir():
         raise ValueError(f"--json {out}: the folder {out.parent} does not exist")
     return out

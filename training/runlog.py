@@ -4,8 +4,10 @@
     <output_dir>/<name>/log.jsonl       one JSON object per line: {"step", "split": "train"|"eval", ...}
     <output_dir>/<name>/curves.png      loss and accuracy against step (written at the end)
     <output_dir>/<name>/summary.json    final metrics, steps, time, tokens/s
-    <output_dir>/<name>/checkpoints/    see checkpoint.py
-    <output_dir>/<name>/final/          save_pretrained() of the trained model (HF folder)
+    <output_dir>/<name>/checkpoints/    see checkpoint.py (each step also holds config.json: it loads
+                                        with AutoModelForCausalLM.from_pretrained)
+    <output_dir>/<name>/final/          save_pretrained() of the trained model (HF folder) and, for text
+                                        data, of its tokenizer (pipeline("text-generation", model=final))
 
 ``name`` is one safe path component (``config.RUN_NAME_RULE``), so a run folder is always a
 direct child of ``output_dir``. A run never writes into another run's folder: starting a run

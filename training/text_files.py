@@ -5,7 +5,9 @@ Files are read with ``datasets.load_dataset`` and local ``data_files`` only
 (no Hub access): ``.txt``/``.text``/``.md`` with the "text" builder,
 ``.json``/``.jsonl`` with "json", ``.parquet`` with "parquet". The default
 tokenizer is byte-level (UTF-8 bytes 0..255 plus an end-of-document id 256);
-any local HF tokenizer folder works too.
+any local HF tokenizer folder works too. ``hf_tokenizer`` gives the transformers form of either
+(the byte tokenizer as a ``PreTrainedTokenizerFast`` with the same ids), which a run saves beside
+its model (``save_tokenizer``) so that ``pipeline("text-generation", model=RUN/final)`` works.
 """
 from __future__ import annotations
 
@@ -24,10 +26,11 @@ class Tokenizer(Protocol):
 
 
 class ByteTokenizer:
-    """UTF-8 bytes as token ids 0..255; id 256 ends a document. vocab_size = 257."""
+    """UTF-8 bytes as token ids 0..255; id 256 (``eos_token``) ends a document. vocab_size = 257."""
 
     vocab_size = 257
     eos_token_id = 256
+    eos_token = "<|endoftext|>"
 
     def encode(self, text: str) -> list[int]:
         return list(text.encode("utf-8"))
@@ -37,6 +40,48 @@ class ByteTokenizer:
 
     def __len__(self) -> int:
         return self.vocab_size
+
+
+def _byte_alphabet() -> dict[int, str]:
+    """Byte -> the printable character that stands for it in a byte-level BPE vocabulary.
+
+    The convention of GPT-2's byte-level BPE (the ``tokenizers`` ByteLevel pre-tokenizer and
+    decoder): the printable Latin-1 bytes stand for themselves, the other 68 bytes (controls,
+    space, soft hyphen, ...) for chr(256), chr(257), ... in byte order.
+    """
+    printable = set(range(ord("!"), ord("~") + 1)) | set(range(0xA1, 0xAC + 1)) | set(range(0xAE, 0xFF + 1))
+    shifted = iter(range(256, 512))
+    return {b: chr(b) if b in printable else chr(next(shifted)) for b in range(256)}
+
+
+def byte_tokenizer_fast():
+    """The ByteTokenizer as a transformers ``PreTrainedTokenizerFast``: the same ids for every text
+    (byte b -> id b, a BPE without merges over the byte-level alphabet), EOS ``<|endoftext|>`` = 256.
+    ``split_special_tokens``: the text "<|endoftext|>" is 13 bytes, as for ByteTokenizer."""
+    from tokenizers import Tokenizer as CoreTokenizer
+    from tokenizers import decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {char: b for b, char in _byte_alphabet().items()}
+    core = CoreTokenizer(models.BPE(vocab=vocab, merges=[]))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    core.decoder = decoders.ByteLevel()
+    fast = PreTrainedTokenizerFast(tokenizer_object=core, eos_token=ByteTokenizer.eos_token,
+                                   split_special_tokens=True)
+    if fast.eos_token_id != ByteTokenizer.eos_token_id:
+        raise RuntimeError(f"the byte tokenizer's EOS got id {fast.eos_token_id}, expected {ByteTokenizer.eos_token_id}")
+    return fast
+
+
+def hf_tokenizer(tokenizer):
+    """The transformers tokenizer of ``tokenizer`` (ByteTokenizer -> ``byte_tokenizer_fast()``; an HF
+    tokenizer is returned as it is)."""
+    return byte_tokenizer_fast() if isinstance(tokenizer, ByteTokenizer) else tokenizer
+
+
+def save_tokenizer(tokenizer, folder: str | Path) -> None:
+    """``save_pretrained`` of the transformers form of ``tokenizer`` into ``folder`` (a model folder)."""
+    hf_tokenizer(tokenizer).save_pretrained(str(folder))
 
 
 def load_tokenizer(name_or_path: str):

@@ -72,7 +72,12 @@ def test_eval_command_reproduces_the_final_evaluation(write_config, tmp_path, ca
     for key in ("loss", "perplexity", "accuracy"):
         assert metrics[key] == pytest.approx(summary["eval"][key], rel=1e-6)
     assert metrics["perplexity"] == pytest.approx(math.exp(metrics["loss"]), rel=1e-5)
-    assert cli_main(["eval", str(run), "--set", "data.num_kv_pairs=2", "--set", "data.num_eval=8"]) == 0
+    before = (run / "eval.json").read_text()
+    again = ["eval", str(run), "--set", "data.num_kv_pairs=2", "--set", "data.num_eval=8"]
+    assert cli_main(again) == 2  # an earlier evaluation is never replaced silently
+    assert "eval.json exists (an earlier evaluation); pass --overwrite" in capsys.readouterr().err
+    assert (run / "eval.json").read_text() == before
+    assert cli_main([*again, "--overwrite"]) == 0
     assert json.loads((run / "eval.json").read_text())["num_sequences"] == 8
     other = tmp_path / "other.yaml"
     other.write_text("data: {kind: selective_copy, seq_len: 32, num_tokens: 4, vocab_size: 16, num_eval: 5}\n")
