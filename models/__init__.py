@@ -6,10 +6,12 @@ transformers' AutoConfig / AutoModel / AutoModelForCausalLM (model_type "assocme
 from .blocks import Block, SwiGLU
 from .cache import AssocMemCache
 from .config import HybridConfig
-from .modeling import AssocMemConfig, AssocMemForCausalLM, AssocMemModel, output_cache
+from .modeling import AssocMemConfig, AssocMemForCausalLM, AssocMemModel, AssocMemPreTrainedModel, output_cache
+from .packed import cu_seqlens_from_positions
 from .presets import build_model, get_model_preset, list_model_presets
 
 __all__ = [
-    "HybridConfig", "AssocMemConfig", "AssocMemModel", "AssocMemForCausalLM", "AssocMemCache",
-    "Block", "SwiGLU", "output_cache", "build_model", "get_model_preset", "list_model_presets",
+    "HybridConfig", "AssocMemConfig", "AssocMemModel", "AssocMemForCausalLM", "AssocMemPreTrainedModel",
+    "AssocMemCache", "Block", "SwiGLU", "output_cache", "cu_seqlens_from_positions", "build_model",
+    "get_model_preset", "list_model_presets",
 ]

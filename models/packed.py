@@ -5,6 +5,9 @@
 Every document starts from an empty state (or from row i of a given state) and sees only its own
 tokens, so the result equals running the documents one by one: no state or attention crosses a
 boundary. Documents of equal length run as one batch (one call per distinct length).
+
+``cu_seqlens_from_positions`` reads the boundaries of a batch of packed rows from their
+``position_ids`` (transformers' convention for packed sequences: positions restart at each document).
 """
 from __future__ import annotations
 
@@ -28,6 +31,23 @@ def documents(cu_seqlens: torch.Tensor, total: int) -> list[tuple[torch.Tensor, 
                          f"{bounds.tolist()}")
     starts = bounds[:-1]
     return [(starts[lengths == n], int(n)) for n in sorted(set(lengths.tolist()))]
+
+
+def cu_seqlens_from_positions(position_ids: torch.Tensor) -> torch.Tensor:
+    """cu_seqlens [N + 1] of the rows of position_ids [B, T] laid end to end in one row [1, B·T].
+
+    A document starts at each row's first token and wherever the positions do not continue,
+    p_t ≠ p_{t−1} + 1 (the rule transformers applies to packed ``position_ids``, masking_utils.py
+    ``find_packed_sequence_indices``); it ends where the next one starts or the row ends.
+    """
+    if position_ids.dim() != 2 or position_ids.dtype.is_floating_point or position_ids.shape[1] < 1:
+        raise ValueError(f"position_ids must be an integer tensor [B, T] with T >= 1, got {position_ids.dtype} "
+                         f"{tuple(position_ids.shape)}")
+    B, T = position_ids.shape
+    starts = torch.ones(B, T, dtype=torch.bool, device=position_ids.device)     # [B, T]
+    starts[:, 1:] = position_ids[:, 1:] != position_ids[:, :-1] + 1
+    offsets = starts.flatten().nonzero().squeeze(1)                             # [N] in the row [1, B·T]
+    return torch.cat([offsets, offsets.new_tensor([B * T])])
 
 
 def gather(x: torch.Tensor, starts: torch.Tensor, length: int) -> torch.Tensor:

@@ -96,7 +96,8 @@ def _train_config(cfg: WiolaExperimentConfig, variant: str, hybrid: dict, seed: 
         "name": f"{variant}_s{seed}", "output_dir": str(out / "runs"), "seed": seed,
         "model": {"hybrid": hybrid},
         "data": {"kind": "files", "train_files": [str(out / "data" / "train.txt")],
-                 "eval_files": [str(out / "data" / "eval.txt")], "seq_len": cfg.seq_len, "sample_by": "paragraph"},
+                 "eval_files": [str(out / "data" / "eval.txt")], "seq_len": cfg.seq_len, "sample_by": "paragraph",
+                 "documents": "joined"},  # as the stored result (docs/results/wiola-experiment.json) was trained
         "optim": {"lr": cfg.lr, "weight_decay": 0.1, "betas": [0.9, 0.95], "grad_clip": 1.0,
                   "warmup_steps": max(1, cfg.steps // 20)},
         "train": {"steps": cfg.steps, "batch_size": cfg.batch_size, "progress": False, "threads": 1,
@@ -110,7 +111,8 @@ def held_out_blocks(cfg: WiolaExperimentConfig, path: Path):
 
     from assocmem.training.data import ByteTokenizer, load_text_files, pack_dataset
 
-    packed = pack_dataset(load_text_files([path], sample_by="paragraph"), ByteTokenizer(), cfg.seq_len)
+    packed = pack_dataset(load_text_files([path], sample_by="paragraph"), ByteTokenizer(), cfg.seq_len,
+                          documents="joined")
     return torch.tensor(packed["input_ids"][: cfg.eval_blocks])
 
 

@@ -51,7 +51,8 @@ def leak_config(model: str, seed: int, text: Path, epochs: int, run_dir: Path, *
         "name": run_dir.name, "output_dir": str(run_dir.parent), "seed": seed,
         "model": {"preset": MODELS[model]},
         "data": {"kind": "files", "train_files": [str(text)], "eval_fraction": 0.1, "seq_len": 128,
-                 "tokenizer": "bytes", "sample_by": "document"},
+                 "tokenizer": "bytes", "sample_by": "document",
+                 "documents": "joined"},  # as the stored result (docs/results/spectral-leak.json) was trained
         "optim": {"lr": lr, "weight_decay": 0.1, "warmup_steps": min(20, epochs), "min_lr_ratio": 0.1},
         "train": {"epochs": epochs, "batch_size": 32, "eval_batch_size": 64, "threads": 1, "progress": False,
                   "grad_transforms": [] if model == "baseline" else [FGP_POSITIONS]},

@@ -202,13 +202,19 @@ class FilesData(_Strict):
     response_field: str | None = Field(None, description="json/parquet column of the response (with prompt_field)")
     overlong: Literal["error", "drop"] = Field("error", description="prompt/response records longer than seq_len: "
                                                "refuse the data (error) or leave them out with a warning (drop)")
+    documents: Literal["separate", "joined"] = Field(
+        "separate", description="packed text: 'separate' reads every document on its own (states and attention "
+        "reset at each document, cu_seqlens; a document's first token is not predicted from the one before), "
+        "'joined' reads a block as one sequence across the end-of-document ids")
 
     @model_validator(mode="after")
     def _pairs(self) -> "FilesData":
         if (self.prompt_field is None) != (self.response_field is None):
             raise ValueError("data.prompt_field and data.response_field go together; give both or neither")
-        if self.prompt_field is not None and "text_field" in self.model_fields_set:
-            raise ValueError("data.text_field is for packed text; with prompt_field/response_field leave it out")
+        for packed_only in ("text_field", "documents"):
+            if self.prompt_field is not None and packed_only in self.model_fields_set:
+                raise ValueError(f"data.{packed_only} is for packed text; with prompt_field/response_field leave "
+                                 f"it out")
         return self
 
 

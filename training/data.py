@@ -4,7 +4,8 @@ Files and tokenizers are read by text_files.py (local files only; the byte token
 local HF tokenizer folder). Documents are tokenized, each followed
 by the end-of-document id, concatenated and cut into blocks of ``seq_len``
 tokens (the tail shorter than a block is dropped). Labels equal the inputs
-(HF-aligned; the model shifts them). With a prompt and a response field, each
+(HF-aligned; the model shifts them). With ``data.documents: separate`` (the default) the blocks
+also carry ``position_ids`` and each document is read on its own (``pack_dataset``). With a prompt and a response field, each
 record is one row instead, with the loss on the response (``pair_dataset``).
 """
 from __future__ import annotations
@@ -24,21 +25,36 @@ __all__ = ["ByteTokenizer", "Tokenizer", "encode_text", "hf_tokenizer", "load_te
            "save_tokenizer", "tokenizer_vocab_size", "pack_dataset", "pair_dataset", "data_vocab_size",
            "data_tokenizer", "data_eos_id", "build_datasets"]
 
-def pack_dataset(raw: datasets.Dataset, tokenizer, seq_len: int, *, text_field: str = "text") -> datasets.Dataset:
+def pack_dataset(raw: datasets.Dataset, tokenizer, seq_len: int, *, text_field: str = "text",
+                 documents: Literal["separate", "joined"]) -> datasets.Dataset:
     """Tokenize every record's ``text_field``, end each with EOS, concatenate, cut into
-    [num_blocks, seq_len] blocks. Returns a Dataset with input_ids and labels (= input_ids)."""
+    [num_blocks, seq_len] blocks. Returns a Dataset with input_ids and labels (= input_ids).
+
+    documents="separate" adds ``position_ids`` [num_blocks, seq_len], each token's place in its
+    document (0 at a document's first token; a document cut by a block boundary continues its count),
+    so that the model reads every document on its own (``CausalLMObjective``: cu_seqlens for
+    assocmem models, transformers' packed-sequence masks for others), and sets the label of each
+    document's first token to -100: it is not predicted from the document before.
+    """
     if text_field not in raw.column_names:
         raise ValueError(f"text_field {text_field!r} is not a column of the data; columns: {raw.column_names}")
     if seq_len < 2:
         raise ValueError(f"seq_len must be >= 2, got {seq_len}")
+    if documents not in ("separate", "joined"):
+        raise ValueError(f"documents must be 'separate' or 'joined', got {documents!r}")
     eos = getattr(tokenizer, "eos_token_id", None)
-    ids = [tok for text in raw[text_field] for tok in encode_text(tokenizer, text) + ([eos] if eos is not None else [])]
-    stream = np.asarray(ids, dtype=np.int64)
+    docs = [encode_text(tokenizer, text) + ([eos] if eos is not None else []) for text in raw[text_field]]
+    stream = np.asarray([tok for doc in docs for tok in doc], dtype=np.int64)
     num_blocks = len(stream) // seq_len
     if num_blocks == 0:
         raise ValueError(f"the data has {len(stream)} tokens, fewer than one block of seq_len={seq_len}")
     blocks = stream[: num_blocks * seq_len].reshape(num_blocks, seq_len)  # [N, seq_len]
-    return arrays_to_dataset({"input_ids": blocks, "labels": blocks.copy()})
+    columns = {"input_ids": blocks, "labels": blocks.copy()}
+    if documents == "separate":
+        places = np.concatenate([np.arange(len(doc), dtype=np.int64) for doc in docs if doc])
+        columns["position_ids"] = places[: num_blocks * seq_len].reshape(num_blocks, seq_len)  # [N, seq_len]
+        columns["labels"][columns["position_ids"] == 0] = -100
+    return arrays_to_dataset(columns)
 
 
 def pair_dataset(raw: datasets.Dataset, tokenizer, seq_len: int, *, prompt_field: str, response_field: str,
@@ -74,7 +90,7 @@ def _files_dataset(data, files: Sequence[str], tokenizer) -> datasets.Dataset:
     if data.prompt_field is not None:
         return pair_dataset(raw, tokenizer, data.seq_len, prompt_field=data.prompt_field,
                             response_field=data.response_field, overlong=data.overlong)
-    return pack_dataset(raw, tokenizer, data.seq_len, text_field=data.text_field)
+    return pack_dataset(raw, tokenizer, data.seq_len, text_field=data.text_field, documents=data.documents)
 
 
 def data_vocab_size(data) -> int:

@@ -4,7 +4,8 @@ Per optimizer step s (global batch B sequences, W processes, A micro-batches eac
 
   1. rows = StepSampler.indices(s)[rank slice]            B / W rows for this process
   2. n = Σ over ranks of supervised positions              (one all-reduce)
-  3. for each micro-batch: (Σ token losses) · W / n → backward
+  3. for each micro-batch: (Σ token losses) · W / n → backward (packed text with
+     data.documents: separate also passes position_ids: each document read on its own)
      (DDP averages gradients over W, so the gradient is that of the mean
      loss over the global batch: identical to one process with batch B)
   4. gradient transforms (train.grad_transforms: FGP/PFFT, GrokFast, ...), on the all-reduced gradient
@@ -37,9 +38,9 @@ from .data import build_datasets, data_eos_id, data_tokenizer, save_tokenizer
 from .distributed import (DistInfo, all_gather_object, all_reduce_sum, barrier, broadcast_object, init_distributed,
                           rank_slice, shutdown)
 from .grad_transforms import GradTransforms
-from .metrics import batch_tensors, evaluate
+from .metrics import batch_positions, batch_tensors, evaluate
 from .model_factory import build_from_config, model_description, set_end_token
-from .objective import CausalLMObjective, check_supervised_logits
+from .objective import CausalLMObjective, check_documents_apart, check_supervised_logits
 from .optim import build_optimizer, build_scheduler, extend_schedule
 from .runlog import SUMMARY_FILE, RunLog, check_run_dir, create_run_dir, plot_curves
 from .sampler import StepSampler
@@ -105,11 +106,22 @@ class Trainer:
         if cfg.train.logits == "supervised":
             ids, labels = batch_tensors(self.train_ds, [0], info.device)
             check_supervised_logits(self.model, ids, labels)
+        if batch_positions(self.train_ds, [0], info.device):  # packed documents, read one by one
+            self._check_documents_apart()
         self.wrapped: nn.Module = self.objective
         if info.distributed:
             self.wrapped = nn.parallel.DistributedDataParallel(
                 self.objective, device_ids=[info.device.index] if info.device.type == "cuda" else None)
         self.log = RunLog(self.run_dir, keep_until_step=self.step) if info.is_main else None
+
+    def _check_documents_apart(self) -> None:
+        """data.documents: separate -- the objective must take position_ids and the model keep documents apart."""
+        import inspect
+
+        if "position_ids" not in inspect.signature(self.objective.forward).parameters:
+            raise ValueError(f"{type(self.objective).__name__} does not read packed documents one by one (its forward "
+                             f"takes no position_ids); set data.documents: joined")
+        check_documents_apart(self.objective, batch_tensors(self.train_ds, [0], self.info.device)[0])
 
     def build_model(self, vocab_size: int) -> nn.Module:
         """The network trained (a subclass may freeze parameters here: the optimizer takes the trainable ones)."""
@@ -173,7 +185,8 @@ class Trainer:
         cfg, info = self.cfg.train, self.info
         rows = self.sampler.indices(self.step)[rank_slice(cfg.batch_size, info)]
         micro = _micro_batches(rows, cfg.micro_batch_size or len(rows))
-        batches = [batch_tensors(self.train_ds, m.tolist(), info.device) for m in micro]
+        batches = [(*batch_tensors(self.train_ds, m.tolist(), info.device),
+                    batch_positions(self.train_ds, m.tolist(), info.device)) for m in micro]
         sums, bad_micro = self._forward_backward(batches)
         sums = all_reduce_sum(sums)  # every process sees the global loss (the non-finite decision is shared)
         finite = math.isfinite(float(sums[0]))
@@ -208,16 +221,16 @@ class Trainer:
         its first micro-batch whose loss is not finite (None if all are).
         """
         info = self.info
-        local_n = sum(int((labels[:, 1:] != -100).sum()) for _, labels in batches)
+        local_n = sum(int((labels[:, 1:] != -100).sum()) for _, labels, _ in batches)
         n_global = float(all_reduce_sum(torch.tensor([local_n], dtype=torch.float64)).item())
         scale = info.world_size / max(n_global, 1.0)
         sums = torch.zeros(3, dtype=torch.float64)  # loss sum, supervised count, correct
         bad_micro = None
-        for i, (input_ids, labels) in enumerate(batches):
+        for i, (input_ids, labels, positions) in enumerate(batches):
             sync = i == len(batches) - 1 or not info.distributed
             with (contextlib.nullcontext() if sync else self.wrapped.no_sync()):
                 with torch.autocast(info.device.type, dtype=torch.bfloat16, enabled=self.cfg.train.precision == "bf16"):
-                    loss_sum, count, correct = self.wrapped(input_ids, labels)
+                    loss_sum, count, correct = self.wrapped(input_ids, labels, **positions)
                 (loss_sum * scale).backward()
             sums += torch.stack([loss_sum.detach().double().cpu(), count.double().cpu(), correct.double().cpu()])
             if bad_micro is None and not bool(torch.isfinite(loss_sum.detach())):

@@ -45,6 +45,15 @@ def batch_tensors(dataset: datasets.Dataset, rows, device: torch.device) -> tupl
             torch.as_tensor(batch["labels"], dtype=torch.long, device=device))
 
 
+def batch_positions(dataset: datasets.Dataset, rows, device: torch.device) -> dict[str, torch.Tensor]:
+    """``{"position_ids": [len(rows), T]}`` for data packed as separate documents (data.py
+    ``pack_dataset``), else ``{}``: the keyword arguments the objective takes besides the batch."""
+    if "position_ids" not in dataset.column_names:
+        return {}
+    batch = dataset.select_columns(["position_ids"]).with_format("numpy")[rows]
+    return {"position_ids": torch.as_tensor(batch["position_ids"], dtype=torch.long, device=device)}
+
+
 @torch.no_grad()
 def evaluate(objective: CausalLMObjective, dataset: datasets.Dataset, *, batch_size: int, info: DistInfo,
              precision: str = "fp32") -> dict[str, float]:
@@ -56,10 +65,10 @@ def evaluate(objective: CausalLMObjective, dataset: datasets.Dataset, *, batch_s
     for i, start in enumerate(starts):
         if i % info.world_size != info.rank:
             continue
-        input_ids, labels = batch_tensors(dataset, list(range(start, min(start + batch_size, len(dataset)))),
-                                          info.device)
+        rows = list(range(start, min(start + batch_size, len(dataset))))
+        input_ids, labels = batch_tensors(dataset, rows, info.device)
         with torch.autocast(info.device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
-            logits, targets = objective.selected_logits(input_ids, labels)
+            logits, targets = objective.selected_logits(input_ids, labels, **batch_positions(dataset, rows, info.device))
         if metrics is None:
             metrics = SupervisedMetrics(logits.shape[-1], info.device)
         metrics.update(logits, targets)

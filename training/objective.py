@@ -13,6 +13,13 @@ number of processes).
 two give the same loss for models whose logits are ``lm_head(decoder(x))``;
 ``check_supervised_logits`` verifies this on a batch before training and
 refuses models for which it does not hold (e.g. logit soft-capping).
+
+``position_ids`` [B, T] (packed documents, ``data.documents: separate``): each row holds several
+documents, positions restarting at each. An assocmem model reads the rows laid end to end as one
+packed row split by ``cu_seqlens`` (models/packed.py: states reset at every document); another
+transformers model gets the position_ids without a cache, from which transformers builds a
+block-diagonal causal mask. ``check_documents_apart`` verifies before training that the model
+reads a document without the one before it, and refuses a model that does not.
 """
 from __future__ import annotations
 
@@ -38,22 +45,72 @@ class CausalLMObjective(nn.Module):
         self.model, self.logits = model, logits
 
     def selected_logits(self, input_ids: torch.Tensor, labels: torch.Tensor,
-                        attention_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                        attention_mask: torch.Tensor | None = None,
+                        position_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Logits [N, vocab] at the N supervised positions and their targets [N]."""
         supervised = labels[:, 1:] != IGNORE_INDEX            # [B, T-1]: position t predicts labels[t+1]
         targets = labels[:, 1:][supervised]                   # [N]
         if self.logits == "all":
-            logits = self.model(input_ids=input_ids, attention_mask=attention_mask).logits  # [B, T, V]
+            logits = first_output(self.model, input_ids, attention_mask, position_ids)  # [B, T, V]
             return logits[:, :-1][supervised], targets
-        hidden = self.model.get_decoder()(input_ids=input_ids, attention_mask=attention_mask)[0]  # [B, T, d]
+        hidden = first_output(self.model.get_decoder(), input_ids, attention_mask, position_ids)  # [B, T, d]
         return self.model.get_output_embeddings()(hidden[:, :-1][supervised]), targets            # [N, V]
 
-    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor,
-                attention_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        logits, targets = self.selected_logits(input_ids, labels, attention_mask)
+    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                position_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        logits, targets = self.selected_logits(input_ids, labels, attention_mask, position_ids)
         loss_sum = F.cross_entropy(logits.float(), targets.long(), reduction="sum")
         correct = (logits.detach().argmax(-1) == targets).sum()
         return loss_sum, torch.tensor(targets.numel(), device=loss_sum.device), correct
+
+
+def first_output(net: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+                 position_ids: torch.Tensor | None) -> torch.Tensor:
+    """The first output of ``net`` (logits of a causal LM, hidden states of a decoder) [B, T, ...];
+    with ``position_ids`` each document of a row is read on its own (module docstring)."""
+    if position_ids is None:
+        return net(input_ids=input_ids, attention_mask=attention_mask)[0]
+    if attention_mask is not None:
+        raise ValueError("packed documents (position_ids) come without padding: attention_mask must be None")
+    from assocmem.models import AssocMemPreTrainedModel, cu_seqlens_from_positions
+
+    if isinstance(net, AssocMemPreTrainedModel):
+        B, T = input_ids.shape
+        cu_seqlens = cu_seqlens_from_positions(position_ids)                  # [N + 1] of the row [1, B·T]
+        out = net(input_ids=input_ids.reshape(1, B * T), cu_seqlens=cu_seqlens, use_cache=False)[0]
+        return out.reshape(B, T, *out.shape[2:])                              # [1, B·T, ...] -> [B, T, ...]
+    return net(input_ids=input_ids, position_ids=position_ids, use_cache=False)[0]
+
+
+@torch.no_grad()
+def check_documents_apart(objective: CausalLMObjective, input_ids: torch.Tensor) -> None:
+    """Raise unless the model reads a packed document without the one before it.
+
+    One row of ``input_ids`` [B, T] (T >= 4) is read as two documents (positions 0..h−1, 0..T−h−1);
+    the logits of the second must not change when the first is replaced by other tokens.
+    Runs in eval mode, drawing no random numbers.
+    """
+    row = input_ids[:1]
+    T = row.shape[1]
+    if T < 4:
+        return
+    h = T // 2
+    positions = torch.cat([torch.arange(h), torch.arange(T - h)]).to(row.device)[None]  # [1, T]
+    other = row.clone()
+    other[0, :h] = row[0, :h].flip(0) + 1
+    other[0, :h] %= objective.model.get_output_embeddings().weight.shape[0]
+    was_training = objective.training
+    objective.eval()
+    try:
+        a = first_output(objective.model, row, None, positions)[0, h:]
+        b = first_output(objective.model, other, None, positions)[0, h:]
+    finally:
+        objective.train(was_training)
+    if not torch.allclose(a, b, rtol=1e-4, atol=1e-5):
+        raise ValueError(f"{type(objective.model).__name__} reads a packed document together with the one before "
+                         f"it (its logits change with the earlier document's tokens by up to "
+                         f"{(a - b).abs().max().item():.3g}): it does not take cu_seqlens or packed position_ids; "
+                         f"set data.documents: joined")
 
 
 @torch.no_grad()

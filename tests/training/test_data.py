@@ -35,7 +35,7 @@ def test_packing_concatenates_documents_with_eos(tmp_path, suffix):
         else:
             path.write_text(doc)
         paths.append(path)
-    packed = pack_dataset(load_text_files(paths), ByteTokenizer(), 8)
+    packed = pack_dataset(load_text_files(paths), ByteTokenizer(), 8, documents="joined")
     stream = _stream(ByteTokenizer(), DOCS)
     expected = np.array(stream[: len(stream) // 8 * 8]).reshape(-1, 8)
     np.testing.assert_array_equal(np.array(packed["input_ids"]), expected)
@@ -52,7 +52,7 @@ def test_a_local_hf_tokenizer_folder(tmp_path):
     PreTrainedTokenizerFast(tokenizer_object=core, unk_token="[UNK]", eos_token="[EOS]").save_pretrained(tmp_path / "tok")
     tok = load_tokenizer(str(tmp_path / "tok"))
     (tmp_path / "a.jsonl").write_text("".join(json.dumps({"body": d}) + "\n" for d in DOCS))
-    packed = pack_dataset(load_text_files([tmp_path / "a.jsonl"]), tok, 2, text_field="body")
+    packed = pack_dataset(load_text_files([tmp_path / "a.jsonl"]), tok, 2, text_field="body", documents="joined")
     words = [tok.convert_tokens_to_ids(w) for w in ["héllo", "world", "[EOS]", "assoc", "mem", "[EOS]"]]
     assert packed["input_ids"][:3] == [words[0:2], words[2:4], words[4:6]]
 
