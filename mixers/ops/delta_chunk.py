@@ -107,11 +107,10 @@ def default_chunk_size(K: int) -> int:
     return min(64, max(16, K // 2))
 
 
-def _write_out(out: torch.Tensor, o: torch.Tensor) -> None:
-    """o [N, B*H, C, V] -> out [B, t, H, V] (one strided copy; drops the padding)."""
+def _group_out(o: torch.Tensor, B: int) -> torch.Tensor:
+    """o [N, B*H, C, V] -> [B, N, C, H, V] (a view; ``groups.over_groups`` drops the padding)."""
     N, BH, C, V = o.shape
-    B = out.shape[0]
-    groups.write_chunks(out, o.view(N, B, BH // B, C, V).permute(1, 0, 3, 2, 4))  # (B, N, C, H, V)
+    return o.view(N, B, BH // B, C, V).permute(1, 0, 3, 2, 4)
 
 
 def _diag_block_inverses(A: torch.Tensor, b: int) -> torch.Tensor:
@@ -321,7 +320,7 @@ def _over_groups(group_fn, x: DeltaInputs, C: int):
     """
     B, T, H, K = x.q.shape
     step = groups.group_step(C, GROUP_TOKENS)
-    fn = lambda q_g, k_g, v_g, la_g, beta_g, S, out: group_fn(q_g, k_g, v_g, la_g, beta_g, S, out, x.scale, C)  # noqa: E731
+    fn = lambda q_g, k_g, v_g, la_g, beta_g, S: group_fn(q_g, k_g, v_g, la_g, beta_g, S, x.scale, C)  # noqa: E731
     out = x.v.new_empty(B, T, H, x.v.shape[-1])
     o, S = groups.over_groups(fn, (x.q, x.k, x.v, x.log_alpha, x.beta), x.state.reshape(B * H, K, -1), step, out)
     return o, S.reshape(B, H, K, -1)
@@ -357,12 +356,13 @@ def _erase_decay(A: torch.Tensor, D: torch.Tensor, in_place: bool, erase_reads_d
     return torch.cat([A[..., :1, :], A[..., 1:, :] * D[..., :-1, :]], dim=-2)
 
 
-def _scalar_decay_group(q, k, v, log_alpha, beta, S, out, scale: float, C: int, *, in_place: bool = False,
+def _scalar_decay_group(q, k, v, log_alpha, beta, S, scale: float, C: int, *, in_place: bool = False,
                         erase_reads_decayed: bool = True):
-    """``chunk_scalar_decay`` on one group of tokens; S: [BH, K, V]. Writes o into out [B, t, H, V], returns S.
+    """``chunk_scalar_decay`` on one group of tokens; S: [BH, K, V]. Returns o [B, N, C, H, V] and S.
 
     in_place: overwrite the chunked copies and intermediates (forward without autograd).
     """
+    B = q.shape[0]
     q, k, v = (chunks(x, C).flatten(1, 2) for x in (q, k, v))  # (N, BH, C, K|V), fresh copies
     beta = chunks(beta, C).flatten(1, 2)[..., None]  # (N, BH, C, 1)
     q = scaled(q, scale, in_place)  # scale · Q: both read terms (P and the state read) carry it
@@ -389,7 +389,7 @@ def _scalar_decay_group(q, k, v, log_alpha, beta, S, out, scale: float, C: int, 
         k_beta = scaled(k_beta, (E + d_in).exp().to(q.dtype), in_place)  # β e^{E} ⊙ K
         q = scaled(q, (g + d_in).exp().to(q.dtype), in_place)  # scale e^{g} ⊙ Q: the state read
         k = scaled(k, (g_end - g - d_out).exp().to(q.dtype), in_place)  # e^{g_C − g} ⊙ K: the state write
-    P = P.tril_()  # causal
+    P = P.tril_() if in_place else P.tril()  # causal (in place on a view would record CopySlices)
     # 1. UT transform, all chunks at once: [U | W] = T [β ⊙ V | β e^{E} ⊙ K]
     U, W = _UnitLowerSolve.apply(A, scaled(v, beta, in_place), k_beta)  # (N, BH, C, V), (N, BH, C, K)
     del A, v, k_beta
@@ -398,9 +398,8 @@ def _scalar_decay_group(q, k, v, log_alpha, beta, S, out, scale: float, C: int, 
         o, S = _carry_read(U, W, k, q, P, a, S, plan)  # (N, BH, C, V), u overwrites U
     else:
         starts, u, S = _Carry.apply(U, W, k, a, S)
-        o = (P @ u).flatten(0, 1).baddbmm_(q.flatten(0, 1), starts.flatten(0, 1)).view(u.shape)  # (N, BH, C, V)
-    _write_out(out, o)
-    return S
+        o = torch.baddbmm((P @ u).flatten(0, 1), q.flatten(0, 1), starts.flatten(0, 1)).view(u.shape)  # (N, BH, C, V)
+    return _group_out(o, B), S
 
 
 def _pairwise(x, Ex, k, G, s: int, strict: bool):
@@ -445,8 +444,9 @@ def chunk_key_decay(x: DeltaInputs, C: int, *, erase_reads_decayed: bool):
     return _over_groups(group, x._replace(log_alpha=floor_log_decay(x.log_alpha)), C)
 
 
-def _key_decay_group(q, k, v, log_alpha, beta, S, out, scale: float, C: int, *, erase_reads_decayed: bool):
-    """``chunk_key_decay`` on one group of tokens; S: [BH, K, V]. Writes o into out [B, t, H, V], returns S."""
+def _key_decay_group(q, k, v, log_alpha, beta, S, scale: float, C: int, *, erase_reads_decayed: bool):
+    """``chunk_key_decay`` on one group of tokens; S: [BH, K, V]. Returns o [B, N, C, H, V] and S."""
+    B = q.shape[0]
     q, k, v, la = (chunks(x, C).flatten(1, 2) for x in (q * scale, k, v, log_alpha))  # (N, BH, C, K|V)
     beta = chunks(beta, C).flatten(1, 2)[..., None]  # (N, BH, C, 1)
     G = la.cumsum(-2)  # (N, BH, C, K) inclusive log decay since the chunk start
@@ -465,8 +465,7 @@ def _key_decay_group(q, k, v, log_alpha, beta, S, out, scale: float, C: int, *, 
     starts, u, S = _Carry.apply(U, W, k_out, a, S)
     # 4. read (eq. 2)
     o = q_in @ starts + P @ u  # (N, BH, C, V)
-    _write_out(out, o)
-    return S
+    return _group_out(o, B), S
 
 
 def chunk_low_rank(q, k, v, log_alpha, beta, kappa, state, scale: float, C: int):
@@ -480,16 +479,17 @@ def chunk_low_rank(q, k, v, log_alpha, beta, kappa, state, scale: float, C: int)
     q, k, log_alpha, beta, kappa: [B, T, H, K]; v: [B, T, H, V]; state: [B, H, K, V].
     """
     B, T, H, K = q.shape
-    fn = lambda q_g, k_g, v_g, la_g, b_g, kap_g, S, out: _low_rank_group(  # noqa: E731
-        q_g, k_g, v_g, la_g, b_g, kap_g, S, out, scale, C)
+    fn = lambda q_g, k_g, v_g, la_g, b_g, kap_g, S: _low_rank_group(  # noqa: E731
+        q_g, k_g, v_g, la_g, b_g, kap_g, S, scale, C)
     out = v.new_empty(B, T, H, v.shape[-1])
     o, S = groups.over_groups(fn, (q, k, v, floor_log_decay(log_alpha), beta, kappa), state.reshape(B * H, K, -1),
                               groups.group_step(C, GROUP_TOKENS), out)
     return o, S.reshape(B, H, K, -1)
 
 
-def _low_rank_group(q, k, v, log_alpha, beta, kappa, S, out, scale: float, C: int):
-    """``chunk_low_rank`` on one group of tokens; S: [BH, K, V]. Writes o into out [B, t, H, V], returns S."""
+def _low_rank_group(q, k, v, log_alpha, beta, kappa, S, scale: float, C: int):
+    """``chunk_low_rank`` on one group of tokens; S: [BH, K, V]. Returns o [B, N, C, H, V] and S."""
+    B = q.shape[0]
     q, k, v, la, beta, kappa = (chunks(x, C).flatten(1, 2)  # (N, BH, C, ·)
                                 for x in (q * scale, k, v, log_alpha, beta, kappa))
     x, y = beta * k, beta * kappa  # (N, BH, C, K) the write and erase vectors
@@ -507,5 +507,4 @@ def _low_rank_group(q, k, v, log_alpha, beta, kappa, S, out, scale: float, C: in
     # 3. read (eq. 2): the chunk-start state and the writes up to t
     P = torch.cat((_pairwise(q, G, x, G, s, strict=False), _pairwise(q, G, y, G, s, strict=False)), dim=-1)
     o = (q * G.exp()) @ starts + P @ u  # (N, BH, C, V)
-    _write_out(out, o)
-    return S
+    return _group_out(o, B), S

@@ -19,7 +19,7 @@ from typing import Callable, Optional
 
 import torch
 
-__all__ = ["GROUP_TOKENS", "group_step", "over_groups", "write_chunks"]
+__all__ = ["GROUP_TOKENS", "group_step", "over_groups", "unchunk_group", "write_chunks"]
 
 GROUP_TOKENS = 1024  # about this many tokens per group, rounded down to whole chunks (at least one)
 
@@ -32,20 +32,41 @@ def group_step(chunk_size: int, tokens: int | None = None) -> int:
 
 def over_groups(group_fn: Callable, xs: tuple[Optional[torch.Tensor], ...], state, step: int,
                 out: torch.Tensor):
-    """Apply ``group_fn(*xs_g, state, out_g) -> state`` to consecutive groups of ``step`` tokens.
+    """Apply ``group_fn(*xs_g, state) -> (o_g, state)`` to consecutive groups of ``step`` tokens.
 
     xs: tensors [B, T, ...] (time on dim 1) or None (passed through as None for every group);
-    state: whatever ``group_fn`` carries (None allowed for the first group); out: [B, T, ...],
-    the output, of which ``group_fn`` fills its group's slice out_g = out[:, t0:t1] (a view; see
-    ``write_chunks``), so no group output is concatenated afterwards. Returns out and the last state.
+    state: whatever ``group_fn`` carries (None allowed for the first group); o_g: the group's
+    chunked outputs [B, N, C, H, V] (any strides; the zero-padded tail is dropped here);
+    out: an empty [B, T, H, V] tensor of the output's dtype. Returns the output [B, T, H, V]
+    and the last state.
+
+    1. Without autograd each group's outputs are copied into their slice of ``out``
+       (``write_chunks``, no concatenation).
+    2. Under autograd they are collected and concatenated once. Writing them into slices of
+       one tensor would record one CopySlices node per group, whose backward clones the whole
+       output gradient: quadratic in T (fwd+bwd per token doubled from 16k to 64k tokens).
     The inputs are cut with ``split`` (views), whose backward concatenates the gradients once.
     """
     T = out.shape[1]
     n = -(-T // step)
     parts = [x.split(step, dim=1) if x is not None else (None,) * n for x in xs]
+    grad = torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (*xs, *(state if isinstance(state, tuple) else (state,))))
+    outs = []
     for i, group in enumerate(zip(*parts)):
-        state = group_fn(*group, state, out.narrow(1, i * step, min(step, T - i * step)))
-    return out, state
+        o, state = group_fn(*group, state)
+        t = min(step, T - i * step)
+        if grad:
+            outs.append(unchunk_group(o, t))
+        else:
+            write_chunks(out.narrow(1, i * step, t), o)
+    return (torch.cat(outs, dim=1) if len(outs) > 1 else outs[0]) if grad else out, state
+
+
+def unchunk_group(o: torch.Tensor, t: int) -> torch.Tensor:
+    """Chunked outputs o [B, N, C, H, V] (any strides) -> [B, t, H, V], t ≤ N·C (the padding dropped)."""
+    B, N, C = o.shape[:3]
+    return o.reshape(B, N * C, *o.shape[3:])[:, :t]
 
 
 def write_chunks(out: torch.Tensor, o: torch.Tensor) -> None:

@@ -141,6 +141,12 @@ def _suffix_sum(x: torch.Tensor, dim: int) -> torch.Tensor:
     return torch.cat([inclusive.narrow(dim, 1, x.shape[dim] - 1), torch.zeros_like(x.narrow(dim, 0, 1))], dim)
 
 
+def _causal(A: torch.Tensor, in_place: bool) -> torch.Tensor:
+    """The lower triangle (i ≥ j) of A [..., C, C]; in place without autograd (A is then a fresh product,
+    possibly a view of one: under autograd an in-place write into a view records a CopySlices node)."""
+    return A.tril_() if in_place else A.tril()
+
+
 def _intra_scalar(q, k, v, d, scale, in_place=False):
     """Intra-chunk term scale · (Q Kᵀ ⊙ D) V with D_ij = e^{Σ_{j<s≤i} log α_s} [i ≥ j] (eq. A.7).
 
@@ -151,7 +157,7 @@ def _intra_scalar(q, k, v, d, scale, in_place=False):
     A = _bmm(q, k.transpose(-1, -2), alpha=scale)  # (N, B, H, C, C)
     if d is not None:
         A = scaled(A, d, in_place)
-    return _bmm(A.tril_(), v)  # (N, B, H, C, V)
+    return _bmm(_causal(A, in_place), v)  # (N, B, H, C, V)
 
 
 def _intra_per_key(q, k, v, la, scale):
@@ -268,7 +274,7 @@ def _chunks_forward(q, k, v, beta, la, S0, scale, in_place=False):
     if _factorizable(g):  # e^{g_i − g_j} = e^{g_i} · e^{−g_j}, all factors well inside the range
         q_g = gk.exp() * q  # (N, B, H, C, K): queries decayed from the chunk start
         A = _bmm(q_g, bk((-gk).exp()).transpose(-1, -2), alpha=scale)  # (N, B, H, C, C)
-        intra = _bmm(A.tril_(), v)
+        intra = _bmm(_causal(A, in_place), v)
         U = _bmm(bk((g_end - gk).exp()).transpose(-1, -2), v)  # (N, B, H, K, V)
     else:  # explicit: every exponent a direct partial sum of log α, ≤ 0
         q = q.contiguous()
@@ -319,15 +325,14 @@ def chunk_hebbian(q, k, v, *, log_alpha=None, beta=None, scale=None,
         return v.new_empty(B, T, H, V), (S0 if output_final_state else None)
     in_place = not records_grad(q, k, v, log_alpha, beta, initial_state)
 
-    def group(q, k, v, log_alpha, beta, S, out):  # one group of whole chunks (groups.py), t tokens
+    def group(q, k, v, log_alpha, beta, S):  # one group of whole chunks (groups.py), t tokens
         C = chunk_size
         qc, kc = chunks(q, C, copy=False).to(cd), chunks(k, C, copy=False).to(cd)  # views (N, B, H, C, K)
         vc = chunks(v, C).to(cd)  # (N, B, H, C, V)
         bc = None if beta is None else chunks(beta, C).to(cd)[..., None]  # (N, B, H, C, 1)
         la = None if log_alpha is None else floor_log_decay(chunks(log_alpha, C).to(cd))  # (N, B, H, C[, K])
         o, S = _chunks_forward(qc, kc, vc, bc, la, S, scale, in_place)  # (N, B, H, C, V)
-        groups.write_chunks(out, o.permute(1, 0, 3, 2, 4))  # (B, N, C, H, V) -> out (B, t, H, V)
-        return S
+        return o.permute(1, 0, 3, 2, 4), S  # (B, N, C, H, V)
 
     o, S = groups.over_groups(group, (q, k, v, log_alpha, beta), S0, groups.group_step(chunk_size),
                               q.new_empty(B, T, H, V, dtype=cd))

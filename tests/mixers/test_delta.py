@@ -97,8 +97,8 @@ def test_strong_decay_is_stable(family):
 @pytest.mark.parametrize("family", ["gated_deltanet", "joint_key"])
 def test_chunk_groups_match_recurrent(family, monkeypatch):
     """Chunks are processed in groups of ~GROUP_TOKENS tokens; several groups (one ragged) == recurrent."""
-    from assocmem.mixers.ops import groups
-    monkeypatch.setattr(groups, "GROUP_TOKENS", 40)  # C = 16: groups of 2 chunks = 32 tokens
+    from assocmem.mixers.ops import delta_chunk
+    monkeypatch.setattr(delta_chunk, "GROUP_TOKENS", 40)  # C = 16: groups of 2 chunks = 32 tokens
     rec, chunk, gate = FAMILIES[family]
     x = make_inputs(83, gate, seed=2)
     o_r, S_r, g_r = outputs_and_grads(rec, x)

@@ -2,6 +2,7 @@
 
     mixers      forms.py      forms of each mixer family vs derived, recurrent and external peers
     breakdown   breakdown.py  where one form's time goes, by kind of op
+    scaling     scaling.py    per-token cost of the chunk forms from 8k to 64k tokens
     decode      decode.py     per-token decode latency against context length
     train       train.py      training tokens/s per mixer in Zoology's MQAR model shape
 
@@ -50,6 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--threads", type=positive_int, default=None, metavar="N", help="torch intra-op threads")
     b.add_argument("--json", type=Path, metavar="PATH", help="write the breakdown as JSON")
     b.set_defaults(func=_breakdown)
+    register_scaling(kinds)
     register_decode(kinds)
     register_train(kinds)
     for kind, parser in kinds.choices.items():  # every bench writes measurements that took minutes to take
@@ -164,6 +166,57 @@ def _in_processes(args: argparse.Namespace) -> list[list[dict]]:
             subprocess.run([sys.executable, "-c", code, *argv, "--json", str(path)], check=True)
             runs.append(json.loads(path.read_text()))
     return runs
+
+
+def register_scaling(kinds: argparse._SubParsersAction) -> None:
+    """Add `scaling` to the `assocmem bench` kinds."""
+    from .scaling import FAMILIES, SEQ_LENS
+
+    p = kinds.add_parser("scaling", help="per-token cost of the chunk forms from 8k to 64k tokens",
+                         description=_module_doc("assocmem.training.bench.scaling"),
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--families", nargs="+", default=list(FAMILIES), metavar="PRESET",
+                   help=f"presets with a chunk form (default: {' '.join(FAMILIES)})")
+    p.add_argument("--seq-lens", nargs="+", type=positive_int, default=list(SEQ_LENS), metavar="T")
+    p.add_argument("--mode", choices=["fwd", "fwdbwd"], default="fwdbwd")
+    p.add_argument("--heads", type=positive_int, default=1, help="H (B = 1, K = V = 64)")
+    p.add_argument("--repeats", type=positive_int, default=2, help="timed calls per T (median), after one warm-up")
+    p.add_argument("--threads", type=positive_int, default=1, help="torch intra-op threads (default 1)")
+    p.add_argument("--json", type=Path, metavar="PATH", help="write the rows as a JSON list")
+    p.add_argument("--markdown", type=Path, metavar="PATH", help="write the rows as a markdown table")
+    p.set_defaults(func=_scaling)
+
+
+def _scaling(args: argparse.Namespace) -> int:
+    import torch
+
+    from assocmem.mixers.lower import available_forms
+    from assocmem.mixers.presets import get_preset
+
+    from .scaling import markdown_table, run_scaling
+
+    for name in args.families:
+        try:
+            forms = available_forms(get_preset(name))
+        except KeyError as err:
+            print(f"assocmem bench scaling: {err.args[0]}", file=sys.stderr)
+            return 2
+        if "chunk" not in forms:
+            print(f"assocmem bench scaling: preset {name!r} has no chunk form (its forms: {forms}); choose presets "
+                  f"of the hebbian, delta or dplr classes", file=sys.stderr)
+            return 2
+    torch.set_num_threads(args.threads)
+    rows = run_scaling(tuple(args.families), tuple(args.seq_lens), mode=args.mode, H=args.heads,
+                       repeats=args.repeats)
+    table = markdown_table(rows)
+    print("\n" + table)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
+        print(f"wrote {args.json}")
+    if args.markdown:
+        args.markdown.write_text(table + "\n")
+        print(f"wrote {args.markdown}")
+    return 0
 
 
 def register_decode(kinds: argparse._SubParsersAction) -> None:
