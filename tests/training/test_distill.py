@@ -264,3 +264,58 @@ def test_unknown_keys_and_rules_are_refused(tmp_path):
             load_distill_config(path)
     path.write_text(yaml.safe_dump(base))
     assert load_distill_config(path, ["student.replace=[0, 2]"]).student.replace == [0, 2]
+
+
+# ---------------------------------------------------------------- the command line
+def test_cli_refuses_before_work_and_runs_one_stage(tmp_path, capsys):
+    from assocmem.training.cli import main
+
+    _, folder = llama(tmp_path)
+    path = tmp_path / "d.yaml"
+    data = _config(tmp_path, folder).model_dump(mode="json")
+    path.write_text(yaml.safe_dump({**data, "teacher": str(tmp_path / "missing")}))
+    assert main(["distill", str(path)]) == 2
+    assert "teacher: " in capsys.readouterr().err and not (tmp_path / "runs").exists()
+    path.write_text(yaml.safe_dump(data))
+    assert main(["distill", str(path), "--stage", "3"]) == 2                  # stage 2 has not run
+    assert "--stage 3 starts from" in capsys.readouterr().err
+    assert main(["distill", str(path), "--stage", "1"]) == 0
+    out = capsys.readouterr().out
+    assert '"stage1"' in out and not (tmp_path / "runs" / "d" / "stage2").exists()
+    assert main(["distill", str(path), "--stage", "1"]) == 0                  # finished: read back, not redone
+    assert main(["distill", str(path), "--set", "student.replace=[2]", "--stage", "1"]) == 2  # another config there
+    assert "holds a distillation with another config" in capsys.readouterr().err
+
+
+@pytest.mark.distributed
+def test_two_gloo_processes_match_one_process(tmp_path):
+    """Stages 2 and 3 under torchrun (DDP over gloo, 2 processes) give the losses of one process."""
+    import subprocess
+
+    import numpy as np
+
+    from assocmem.training.runlog import read_log
+    from training_helpers import PYTHON, REPO
+
+    _, folder = llama(tmp_path)
+    loop = {"steps": 4, "batch_size": 8, "micro_batch_size": 2, "log_every": 1, "eval_batch_size": 16,
+            "progress": False, "threads": 1}
+    paths = {}
+    for name in ("one", "two"):
+        data = _config(tmp_path, folder, name=name).model_dump(mode="json")
+        data.update(stage2={**data["stage2"], "train": loop}, stage3={**data["stage3"], "train": loop}, stage4=None)
+        paths[name] = tmp_path / f"{name}.yaml"
+        paths[name].write_text(yaml.safe_dump(data))
+    single = subprocess.Popen([PYTHON, "-m", "assocmem.training.cli", "distill", str(paths["one"])], cwd=REPO,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    pair = subprocess.Popen([PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m",
+                             "assocmem.training.cli", "distill", str(paths["two"])], cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    assert pair.wait(timeout=300) == 0, pair.stderr.read()[-3000:]
+    assert single.wait(timeout=300) == 0, single.stderr.read()[-3000:]
+    for stage in ("stage2", "stage3"):
+        one = [r for r in read_log(tmp_path / "runs" / "one" / stage / "log.jsonl") if r["split"] == "train"]
+        two = [r for r in read_log(tmp_path / "runs" / "two" / stage / "log.jsonl") if r["split"] == "train"]
+        assert [r["step"] for r in two] == [1, 2, 3, 4]
+        np.testing.assert_allclose([r["loss"] for r in two], [r["loss"] for r in one], rtol=1e-5, atol=1e-7)
+        assert '"world_size": 2' in (tmp_path / "runs" / "two" / stage / "summary.json").read_text()

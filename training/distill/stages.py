@@ -25,7 +25,7 @@ from torch import nn
 from ..checkpoint import latest_checkpoint
 from ..config import ConfigError, ModelConfig, TrainConfig
 from ..data import build_datasets, data_vocab_size
-from ..distributed import barrier, init_distributed
+from ..distributed import barrier, broadcast_object, init_distributed
 from ..loop import Trainer, train
 from ..metrics import evaluate
 from ..model_factory import load_pretrained, pretrained_folder
@@ -161,28 +161,31 @@ def _eval(model: nn.Module, eval_ds, batch_size: int, info) -> dict | None:
     return evaluate(CausalLMObjective(model, "all"), eval_ds, batch_size=batch_size, info=info)
 
 
-def run_stage1(cfg: DistillConfig, teacher: nn.Module, layers: list[int], *, overwrite: bool) -> dict:
+def run_stage1(cfg: DistillConfig, teacher: nn.Module, layers: list[int]) -> dict:
     """Weight transfer (models/convert.py): write <root>/stage1/final and summary.json (student and teacher
-    accuracy on the eval set). Rank 0 writes; the others wait."""
+    accuracy on the eval set). Every rank converts and evaluates its share; rank 0 writes."""
     from assocmem.models.convert import from_hf_causal_lm
 
     out = cfg.root / "stage1"
     info = init_distributed("auto")
-    if info.is_main:
-        if out.exists() and any(out.iterdir()):
-            if not overwrite:
-                raise FileExistsError(f"{out} already exists; rerun without --stage to continue, or --overwrite")
-            if not (out / "final").is_dir() and not (out / SUMMARY_FILE).is_file():
-                raise FileExistsError(f"--overwrite deletes only a stage folder; {out} holds neither final/ nor "
-                                      f"{SUMMARY_FILE}, so it is left as it is")
+    problem = None
+    if info.is_main and out.exists():  # unfinished (no summary.json) or --overwrite: stage 1 is redone
+        foreign = sorted(p.name for p in out.iterdir() if p.name not in ("final", SUMMARY_FILE))
+        problem = (f"{out} holds {foreign}, which stage 1 does not write; it is left as it is (move it away, or "
+                   f"choose another name)") if foreign else None
+        if problem is None:
             shutil.rmtree(out)
-        torch.manual_seed(cfg.seed)  # the replaced mixers' fresh gates, conv and norms
-        student = from_hf_causal_lm(teacher, replace=layers, student=cfg.student.mixer,
-                                    identity_conv=cfg.student.identity_conv)
-        _, eval_ds, _ = build_datasets(cfg.data)
-        batch = next((getattr(cfg, f"stage{k}").train.eval_batch_size for k in cfg.stages()[1:]), 64)
-        summary = {"name": "stage1", "replaced": layers, "mixer": cfg.student.mixer,
-                   "eval": _eval(student, eval_ds, batch, info), "teacher_eval": _eval(teacher, eval_ds, batch, info)}
+    problem = broadcast_object(problem)
+    if problem is not None:
+        raise FileExistsError(problem)
+    torch.manual_seed(cfg.seed)  # the replaced mixers' fresh gates, conv and norms (the same on every rank)
+    student = from_hf_causal_lm(teacher, replace=layers, student=cfg.student.mixer,
+                                identity_conv=cfg.student.identity_conv)
+    _, eval_ds, _ = build_datasets(cfg.data)
+    batch = next((getattr(cfg, f"stage{k}").train.eval_batch_size for k in cfg.stages()[1:]), 64)
+    summary = {"name": "stage1", "replaced": layers, "mixer": cfg.student.mixer,  # every rank evaluates its share
+               "eval": _eval(student, eval_ds, batch, info), "teacher_eval": _eval(teacher, eval_ds, batch, info)}
+    if info.is_main:
         student.save_pretrained(out / "final")
         (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
     barrier()
@@ -224,22 +227,31 @@ def run_distill(cfg: DistillConfig, *, stage: int | None = None, overwrite: bool
         before = cfg.root / f"stage{stages[stages.index(stage) - 1]}"
         if stage_status(before) != "done":
             raise ValueError(f"--stage {stage} starts from {before}/final, which is not finished; run it first")
-    if init_distributed("auto").is_main:
-        _record_config(cfg, overwrite)
+    info = init_distributed("auto")  # under torchrun: rank 0 decides, every rank follows
+    decided: dict | str | None = None
+    if info.is_main:
+        try:
+            _record_config(cfg, overwrite)
+            decided = {k: stage_status(cfg.root / f"stage{k}") for k in chosen}
+        except (ValueError, OSError) as err:
+            broadcast_object(f"rank 0: {type(err).__name__}: {err}")
+            raise
+    statuses = broadcast_object(decided)
+    if isinstance(statuses, str):
+        raise ValueError(statuses)
     teacher = load_pretrained(cfg.teacher)
     summaries = {}
     for k in chosen:
         folder = cfg.root / f"stage{k}"
-        status = stage_status(folder)
-        if status == "done" and not overwrite:
+        if statuses[k] == "done" and not overwrite:
             summaries[f"stage{k}"] = json.loads((folder / SUMMARY_FILE).read_text())
             continue
         if k == 1:
-            summaries["stage1"] = run_stage1(cfg, teacher, layers, overwrite=overwrite)
+            summaries["stage1"] = run_stage1(cfg, teacher, layers)
             continue
         previous = cfg.root / f"stage{stages[stages.index(k) - 1]}" / "final"
         make = Trainer if k == 4 else functools.partial(DistillTrainer, teacher=teacher, layers=layers,
                                                         stage=getattr(cfg, f"stage{k}"))
-        summaries[f"stage{k}"] = train(stage_config(cfg, k, previous), resume=status == "started" and not overwrite,
+        summaries[f"stage{k}"] = train(stage_config(cfg, k, previous), resume=statuses[k] == "started" and not overwrite,
                                        overwrite=overwrite, trainer=make)
     return summaries
