@@ -54,7 +54,7 @@ def _run(fn, args) -> int:
 # ------------------------------------------------------------------ graph tracing
 def _graph_parser(sub) -> None:
     g = sub.add_parser("graph-tracing", help="in-context graph tracing (Park et al. 2025): PCA, energy, accuracy")
-    g.add_argument("model", help="saved model folder / run folder, or a model preset name")
+    g.add_argument("model", help="saved model folder / run folder, a model preset name or a Hugging Face Hub id")
     g.add_argument("--graph", nargs="+", default=["grid"], choices=["grid", "ring", "hex"], help="graph(s)")
     g.add_argument("--walks", type=positive_int, default=16, help="walks in the batch (default 16)")
     g.add_argument("--length", type=positive_int, default=1200, help="walk length in tokens (default 1200)")

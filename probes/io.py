@@ -2,7 +2,7 @@
 
     add_common_flags(parser)   --out (required), --overwrite, --seed
     prepare_out(path, overwrite)   the output folder, refused if non-empty unless overwrite
-    load_model(ref)            a causal LM from a saved folder / run folder or a model preset name
+    load_model(ref)            a causal LM from a saved folder / run folder, a model preset name or a Hub id
     write_json(out, name, data)    <out>/<name>.json
     run_command(fn, args)      `assocmem probe NAME`: print fn's output folder (exit 0) or a user error (exit 2)
 """
@@ -38,11 +38,13 @@ def prepare_out(path: str | Path, overwrite: bool) -> Path:
 
 
 def load_model(ref: str):
-    """A causal LM from a saved folder (or run folder) or an assocmem model preset name.
+    """A causal LM from a saved folder (or run folder), an assocmem model preset name or a Hugging Face
+    Hub id (training/hub.py), tried in that order.
 
     Returns (model in eval mode, {"model": where it came from, "trained": bool}).
     """
     from assocmem.models import build_model, list_model_presets  # registers model_type "assocmem"
+    from assocmem.training.hub import is_hub_id
     from assocmem.training.model_factory import load_pretrained, pretrained_folder
 
     path = Path(ref)
@@ -50,7 +52,10 @@ def load_model(ref: str):
         return load_pretrained(path), {"model": str(pretrained_folder(path)), "trained": True}
     if ref in list_model_presets():
         return build_model(ref).eval(), {"model": ref, "trained": False}
-    raise ValueError(f"model {ref!r}: not a folder and not a model preset; presets: {list_model_presets()}")
+    if is_hub_id(ref):
+        return load_pretrained(ref), {"model": ref, "trained": True}
+    raise ValueError(f"model {ref!r}: not a folder, not a model preset and not a Hugging Face Hub id; presets: "
+                     f"{list_model_presets()}")
 
 
 def write_json(out: Path, name: str, data: dict) -> Path:

@@ -1,30 +1,100 @@
-"""lm-evaluation-harness on assocmem models: ``python -m assocmem.probes.lm_eval_cli`` + lm_eval's own arguments.
+"""lm-evaluation-harness on assocmem models: ``assocmem eval-harness RUN [lm-eval arguments]``.
 
 lm-eval's ``hf`` backend loads a model with ``AutoModelForCausalLM.from_pretrained``, which knows
-``model_type: assocmem`` once ``assocmem.models`` is imported. This wrapper imports it, then hands
-the command line to lm-eval unchanged, so a run folder evaluates as
+``model_type: assocmem`` once ``assocmem.models`` is imported; lm-eval's own command cannot import
+us. This wrapper imports it, then hands the command line to lm-eval:
 
-    python -m assocmem.probes.lm_eval_cli run --model hf \\
-        --model_args pretrained=runs/NAME/final,tokenizer=TOKENIZER_FOLDER,backend=causal --tasks TASK
+    assocmem eval-harness runs/NAME --tasks TASK [--model_args tokenizer=FOLDER,dtype=float32] [...]
 
-(``backend=causal`` spares lm-eval's guess; a run trained with ``tokenizer: bytes`` has no HF
-tokenizer: give one that matches its ids). In Python: ``import assocmem.models`` then
+is ``lm_eval run --model hf --model_args pretrained=runs/NAME/final,backend=causal,... --tasks TASK``.
+RUN is a run folder (its final/), a ``save_pretrained`` folder or a Hugging Face Hub id
+(training/hub.py; offline, an id that is not cached is refused naming it). The tokenizer is the one
+saved beside the model (a run on text data saves its own in final/); ``--model_args`` adds lm-eval
+model arguments. The older spelling ``python -m assocmem.probes.lm_eval_cli run --model hf ...``
+passes every argument through unchanged. In Python: ``import assocmem`` then
 ``lm_eval.simple_evaluate(model="hf", model_args=...)``. Install with ``pip install 'assocmem[eval]'``.
 """
 from __future__ import annotations
 
+import argparse
 import sys
 
 
-def main(argv: list[str] | None = None) -> None:
+def harness_argv(run: str, rest: list[str]) -> list[str]:
+    """lm-eval's command line for the model at ``run`` plus the user's lm-eval arguments ``rest``.
+
+    ``--model`` and a ``pretrained=`` model argument are refused (this command sets both); a given
+    ``--model_args`` (or ``--model_args=...``) is appended to ``pretrained=FOLDER,backend=causal``.
+    """
+    from assocmem.training.model_factory import pretrained_folder
+
+    folder = pretrained_folder(run)
+    extra, passed = [], []
+    it = iter(rest)
+    for arg in it:
+        if arg == "--model" or arg.startswith("--model="):
+            raise ValueError("--model is set by eval-harness (hf); leave it out")
+        if arg in ("--model_args", "--model-args"):
+            value = next(it, None)
+            if value is None:
+                raise ValueError(f"{arg} needs a value, e.g. {arg} dtype=float32")
+            extra.append(value)
+        elif arg.startswith(("--model_args=", "--model-args=")):
+            extra.append(arg.split("=", 1)[1])
+        else:
+            passed.append(arg)
+    keys = [item.split("=", 1)[0].strip() for value in extra for item in value.split(",") if item]
+    clash = sorted({"pretrained", "backend"} & set(keys))
+    if clash:
+        raise ValueError(f"--model_args {clash} are set by eval-harness (the model folder, backend=causal); "
+                         f"leave them out")
+    model_args = ",".join([f"pretrained={folder}", "backend=causal", *extra])
+    return ["run", "--model", "hf", "--model_args", model_args, *passed]
+
+
+def _lm_eval(argv: list[str]) -> None:
+    """Run lm-eval's command line ``argv`` in this process (assocmem's Auto classes registered)."""
     import assocmem.models  # noqa: F401  (registers model_type "assocmem" with transformers' Auto classes)
 
     try:
         from lm_eval.__main__ import cli_evaluate
     except ImportError as err:
         raise SystemExit(f"lm-evaluation-harness is not installed ({err}); pip install 'assocmem[eval]'") from None
-    sys.argv = ["lm_eval", *(sys.argv[1:] if argv is None else argv)]
+    sys.argv = ["lm_eval", *argv]
     cli_evaluate()
+
+
+def register(subparsers) -> None:
+    """Add ``eval-harness`` (called by training/cli.py)."""
+    p = subparsers.add_parser(
+        "eval-harness", help="run lm-evaluation-harness on a run folder, a saved model or a Hub id",
+        description="lm-evaluation-harness (hf backend) on RUN; the arguments after RUN go to lm-eval "
+                    "(--tasks, --limit, --batch_size, --output_path, --model_args extra=...). Needs the [eval] extra.")
+    p.add_argument("run", metavar="RUN", help="a run folder (its final/), a save_pretrained folder or a Hub id")
+    p.add_argument("lm_eval_args", nargs=argparse.REMAINDER, metavar="LM_EVAL_ARGS",
+                   help="lm-eval arguments, e.g. --tasks hellaswag --limit 100")
+    p.set_defaults(func=_eval_harness)
+
+
+def _eval_harness(args: argparse.Namespace) -> int:
+    try:
+        argv = harness_argv(args.run, args.lm_eval_args)
+    except (OSError, ValueError) as err:  # a missing folder, an unreachable Hub id, a refused argument
+        print(f"assocmem eval-harness: {err}", file=sys.stderr)
+        return 2
+    try:
+        import lm_eval  # noqa: F401
+    except ImportError as err:
+        print(f"assocmem eval-harness: lm-evaluation-harness is not installed ({err}); pip install "
+              f"'assocmem[eval]' (or make setup-eval)", file=sys.stderr)
+        return 2
+    _lm_eval(argv)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m assocmem.probes.lm_eval_cli ARGS``: lm-eval's command line, unchanged."""
+    _lm_eval(sys.argv[1:] if argv is None else argv)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,14 @@
-"""Fixtures for every test folder."""
-import pytest
-import torch
+"""Fixtures for every test folder.
+
+The suite never reaches the Hugging Face Hub: HF_HUB_OFFLINE is set before anything imports
+huggingface_hub (a Hub id that is not cached then fails at once with training/hub.py's message).
+"""
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 
 @pytest.fixture

@@ -136,7 +136,7 @@ def test_a_higher_floor_is_named_by_string_only_in_the_dispatcher_and_the_shims(
     named = {m: ts for m, ts in named.items() if ts}
     shims = {m for m in named if _is_shim(MODULES[m][1])}
     assert set(named) - shims == {DISPATCHER}
-    assert named[DISPATCHER] == {"assocmem.probes.cli", "assocmem.probes.demo"}
+    assert named[DISPATCHER] == {"assocmem.probes.cli", "assocmem.probes.demo", "assocmem.probes.lm_eval_cli"}
 
 
 @pytest.mark.parametrize("module", ["assocmem.memories.cli", "assocmem.mixers.bench", "assocmem.models.bench"])

@@ -10,6 +10,7 @@ discovery:
     assocmem bench mixers|breakdown|decode|train      training/bench/cli.py
     assocmem train CONFIG / eval RUN_DIR              training/run_cli.py
     assocmem probe <name> ... / demo                  probes/cli.py, probes/demo.py
+    assocmem eval-harness RUN [lm-eval args]          probes/lm_eval_cli.py
     assocmem reproduce --list / NAME                  training/reproduce_cli.py
     assocmem rl CONFIG                                training/rl/cli.py
 
@@ -33,6 +34,7 @@ SUBCOMMANDS: dict[str, str] = {
     "eval": "assocmem.training.run_cli",
     "probe": "assocmem.probes.cli",
     "demo": "assocmem.probes.demo",
+    "eval-harness": "assocmem.probes.lm_eval_cli",
     "reproduce": "assocmem.training.reproduce_cli",
     "distill": "assocmem.training.distill.cli",
     "rl": "assocmem.training.rl.cli",

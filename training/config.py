@@ -67,7 +67,8 @@ class ModelConfig(_Strict):
     overrides: dict[str, Any] = Field(
         default_factory=dict, description="HybridConfig field updates applied to the preset (e.g. n_layers)")
     init_from: str | None = Field(
-        None, description="start from the weights of a save_pretrained folder or a run folder (its final/); "
+        None, description="start from the weights of a save_pretrained folder, a run folder (its final/) or a "
+        "Hugging Face Hub id (fetched once; offline, it must be in the HF cache); "
         "alone, the folder's architecture is used; with preset/hybrid/hf_config, a mismatch is refused with the "
         "differing fields named (a checkpoint resume still loads the checkpoint)")
 
@@ -194,7 +195,8 @@ class FilesData(_Strict):
                                  "(the last ones) when eval_files is empty")
     text_field: str = Field("text", description="column holding the text (json/parquet)")
     sample_by: Literal["document", "paragraph", "line"] = Field("document", description="text files: record unit")
-    tokenizer: str = Field("bytes", description="'bytes' (UTF-8 bytes + EOS, 257 ids) or a local HF tokenizer folder")
+    tokenizer: str = Field("bytes", description="'bytes' (UTF-8 bytes + EOS, 257 ids), a local HF tokenizer folder "
+                           "or a Hugging Face Hub id")
     seq_len: int = Field(512, ge=2, description="block length; with prompt/response fields, the row width "
                          "(prompt + response + EOS, right-padded)")
     prompt_field: str | None = Field(None, description="json/parquet column of the prompt (set together with "

@@ -1,12 +1,12 @@
 """The data a TrainConfig names (``build_datasets``), and local text corpora packed into blocks.
 
-Files and tokenizers are read by text_files.py (local files only; the byte tokenizer or a
-local HF tokenizer folder). Documents are tokenized, each followed
-by the end-of-document id, concatenated and cut into blocks of ``seq_len``
-tokens (the tail shorter than a block is dropped). Labels equal the inputs
-(HF-aligned; the model shifts them). With ``data.documents: separate`` (the default) the blocks
-also carry ``position_ids`` and each document is read on its own (``pack_dataset``). With a prompt and a response field, each
-record is one row instead, with the loss on the response (``pair_dataset``).
+Files and tokenizers are read by text_files.py (local files only; the byte tokenizer, a local HF
+tokenizer folder or a Hub id). Documents are tokenized, each followed by the end-of-document id,
+concatenated and cut into blocks of ``seq_len`` tokens (the tail shorter than a block is dropped).
+Labels equal the inputs (HF-aligned; the model shifts them). With ``data.documents: separate`` (the
+default) the blocks also carry ``position_ids`` and each document is read on its own
+(``pack_dataset``). With a prompt and a response field, each record is one row instead, with the
+loss on the response (``pair_dataset``).
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@
     build_from_config(ModelConfig(hf_config={"model_type": "llama", "hidden_size": 32, ...}), vocab_size=64)
     build_from_config(ModelConfig(init_from="runs/sft/final"), vocab_size=14)
 
-``vocab_size`` is the data's vocabulary: it fills the model's vocabulary when
+``init_from`` may also be a Hugging Face Hub id (hub.py). ``vocab_size`` is the data's vocabulary: it fills the model's vocabulary when
 the config does not set one, and a model whose vocabulary is smaller than the
 data's is refused. ``init_from`` loads a ``save_pretrained`` folder (or a run
 folder's ``final/``); when the config also describes an architecture, every
@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from torch import nn
 
 from .config import ModelConfig, check_vocab
+from .hub import hub_folder, is_hub_id
 
 if TYPE_CHECKING:
     from assocmem.models import HybridConfig
@@ -69,13 +70,16 @@ def build_from_config(model: ModelConfig, *, vocab_size: int | None) -> nn.Modul
 
 # ---------------------------------------------------------------- init_from
 def pretrained_folder(ref: str | Path) -> Path:
-    """A ``save_pretrained`` folder: ``ref`` itself, or ``ref/final`` for a run folder."""
+    """A ``save_pretrained`` folder: ``ref`` itself, or ``ref/final`` for a run folder, or the local
+    snapshot of a Hugging Face Hub id (hub.py: a local folder of that name wins)."""
     path = Path(ref)
+    if not path.exists() and isinstance(ref, str) and is_hub_id(ref):
+        path = hub_folder(ref)
     for folder in (path / "final", path):
         if (folder / "config.json").is_file():
             return folder
     raise FileNotFoundError(f"{ref} is not a saved model: no config.json in it or in its final/ "
-                            f"(give a save_pretrained folder or a finished run folder)")
+                            f"(give a save_pretrained folder, a finished run folder or a Hugging Face Hub id)")
 
 
 def load_pretrained(ref: str | Path) -> nn.Module:

@@ -16,6 +16,8 @@ from typing import Literal, Protocol, Sequence
 
 import datasets
 
+from .hub import hub_folder, is_hub_id
+
 _BUILDERS = {".txt": "text", ".text": "text", ".md": "text", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
 
 
@@ -69,7 +71,8 @@ def byte_tokenizer_fast():
     fast = PreTrainedTokenizerFast(tokenizer_object=core, eos_token=ByteTokenizer.eos_token,
                                    split_special_tokens=True)
     if fast.eos_token_id != ByteTokenizer.eos_token_id:
-        raise RuntimeError(f"the byte tokenizer's EOS got id {fast.eos_token_id}, expected {ByteTokenizer.eos_token_id}")
+        raise RuntimeError(f"the byte tokenizer's EOS got id {fast.eos_token_id}, expected "
+                           f"{ByteTokenizer.eos_token_id}")
     return fast
 
 
@@ -85,13 +88,16 @@ def save_tokenizer(tokenizer, folder: str | Path) -> None:
 
 
 def load_tokenizer(name_or_path: str):
-    """``"bytes"`` -> ByteTokenizer; otherwise a local HF tokenizer folder (never downloaded)."""
+    """``"bytes"`` -> ByteTokenizer; otherwise a local HF tokenizer folder or a Hugging Face Hub id
+    (hub.py: its snapshot, fetched once; a local folder of that name wins)."""
     if name_or_path == "bytes":
         return ByteTokenizer()
     path = Path(name_or_path)
+    if not path.exists() and is_hub_id(name_or_path):
+        path = hub_folder(name_or_path)
     if not path.is_dir():
-        raise ValueError(f"tokenizer must be 'bytes' or a local HF tokenizer folder, got {name_or_path!r} "
-                         f"(not a directory)")
+        raise ValueError(f"tokenizer must be 'bytes', a local HF tokenizer folder or a Hugging Face Hub id, got "
+                         f"{name_or_path!r} (not a directory)")
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(path), local_files_only=True, trust_remote_code=False)

@@ -72,5 +72,7 @@ def test_bad_files_are_named(tmp_path):
     (tmp_path / "a.csv").write_text("x")
     with pytest.raises(ValueError, match="unsupported file suffix"):
         load_text_files([tmp_path / "a.csv"])
-    with pytest.raises(ValueError, match="local HF tokenizer folder"):
-        load_tokenizer("gpt2")
+    with pytest.raises(ValueError, match="'nobody/no-tokenizer' is not a local folder, so it was read as a"):
+        load_tokenizer("nobody/no-tokenizer")  # offline in the tests (tests/conftest.py) and not cached
+    with pytest.raises(ValueError, match="a local HF tokenizer folder or a Hugging Face Hub id"):
+        load_tokenizer(str(tmp_path / "no" / "such"))

@@ -12,8 +12,8 @@ from assocmem.training.loop import train
 from assocmem.training.model_factory import build_from_config
 from assocmem.training.text_files import ByteTokenizer, byte_tokenizer_fast
 
-TEXTS = ["plain ascii", "héllo wörld ✓ 𝔘𝔫𝔦", "\x00\x01\t\n\r \x7f\u00ad\u00a0", "<|endoftext|> is text here",
-         "  two leading spaces", ""]
+TEXTS = ["plain ascii", "héllo wörld ✓ 𝔘𝔫𝔦", "\x00\x01\t\n\r \x7f\u00ad\u00a0",
+         "<|endoftext|> is text here", "  two leading spaces", ""]
 HYBRID = {"hf_config": None, "hybrid": {"d_model": 32, "layers": "gdn,attn", "num_heads": 2, "mlp_ratio": 0}}
 
 
