@@ -57,7 +57,10 @@ def _graph_parser(sub) -> None:
     g.add_argument("model", help="saved model folder / run folder, a model preset name or a Hugging Face Hub id")
     g.add_argument("--graph", nargs="+", default=["grid"], choices=["grid", "ring", "hex"], help="graph(s)")
     g.add_argument("--walks", type=positive_int, default=16, help="walks in the batch (default 16)")
-    g.add_argument("--length", type=positive_int, default=1200, help="walk length in tokens (default 1200)")
+    g.add_argument("--length", type=positive_int, default=None,
+                   help="walk length in tokens (default: a graph-walk run's data.seq_len, else 1200)")
+    g.add_argument("--allow-other-settings", action="store_true",
+                   help="walk a graph-walk run at a --length other than it was trained with")
     g.add_argument("--window", type=positive_int, default=50, help="trailing window W of the class means (default 50)")
     g.add_argument("--pca-window", type=positive_int, default=None, help="window of the PCA class means (default W)")
     g.add_argument("--pca-contexts", type=positive_int, nargs="+", default=None, help="context lengths of PCA panels")
@@ -71,8 +74,11 @@ def _graph_tracing(args) -> Path:
 
     from .graph_tracing import save_graph_tracing_figures, trace_graph
 
-    out = probe_io.prepare_out(args.out, args.overwrite)
+    args.length = probe_io.settings_from_runs([args.model], {"seq_len": ("--length", args.length, 1200)},
+                                              kind="graph_walk", allow_other=args.allow_other_settings)["seq_len"]
     model, info = probe_io.load_model(args.model)
+    probe_io.check_length(model, args.length, "--length")
+    out = probe_io.prepare_out(args.out, args.overwrite)
     report = {**info, "graphs": {}}
     for kind in args.graph:
         graph = make_graph(kind)
@@ -95,9 +101,13 @@ def _recall_parser(sub) -> None:
     r.add_argument("--train-kv-pairs", type=positive_int, default=8, help="K of the training data (default 8)")
     r.add_argument("--steps", type=positive_int, default=500, help="training steps per model (default 500)")
     r.add_argument("--lr", type=positive_float, default=3e-3, help="peak learning rate (default 3e-3)")
-    r.add_argument("--seq-len", type=positive_int, default=64, help="MQAR sequence length L (default 64)")
+    r.add_argument("--seq-len", type=positive_int, default=None,
+                   help="MQAR sequence length L (default: the --models runs' data.seq_len, else 64)")
     r.add_argument("--num-kv-pairs", type=positive_int, nargs="+", default=[2, 4, 8, 16], help="K values evaluated")
-    r.add_argument("--vocab-size", type=positive_int, default=256, help="MQAR vocabulary (default 256)")
+    r.add_argument("--vocab-size", type=positive_int, default=None,
+                   help="MQAR vocabulary (default: the --models runs' data.vocab_size, else 256)")
+    r.add_argument("--allow-other-settings", action="store_true",
+                   help="probe run folders at a --seq-len / --vocab-size other than they were trained with")
     r.add_argument("--examples", type=positive_int, default=256, help="test examples per K (default 256)")
     add_common_flags(r)
     r.set_defaults(func=lambda a: _run(_recall, a))
@@ -108,11 +118,16 @@ def _recall(args) -> Path:
 
     if not args.models and not args.train_mixers:
         raise ValueError("give --models and/or --train-mixers")
-    out = probe_io.prepare_out(args.out, args.overwrite)
+    settings = probe_io.settings_from_runs(
+        args.models, {"seq_len": ("--seq-len", args.seq_len, 64), "vocab_size": ("--vocab-size", args.vocab_size, 256)},
+        kind="mqar", allow_other=args.allow_other_settings)
+    args.seq_len, args.vocab_size = settings["seq_len"], settings["vocab_size"]
     models, mixer_of = {}, {}
     for ref in args.models:
         models[ref], _ = probe_io.load_model(ref)
         mixer_of[ref] = Path(ref).name
+        probe_io.check_length(models[ref], args.seq_len, "--seq-len")
+    out = probe_io.prepare_out(args.out, args.overwrite)
     trained = train_mqar_models(args.train_mixers, args.d_models, out_dir=out / "runs", seq_len=args.seq_len,
                                 num_kv_pairs=args.train_kv_pairs, vocab_size=args.vocab_size, steps=args.steps,
                                 lr=args.lr, seed=args.seed) if args.train_mixers else {}

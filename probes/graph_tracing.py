@@ -35,6 +35,7 @@ import torch
 from assocmem.training.graphs import random_walk
 
 from .energy import adjacency, dirichlet_energy, energy_ratio, neighbour_mixing_control, pca_2d
+from .io import check_length
 from .plotting import CurvePanel, PCAPanel, save_curve_panels, save_pca_panels
 
 
@@ -235,6 +236,7 @@ def trace_graph(
         context_lengths: c values for the curves (default log-spaced 4..walk_length).
         pca_contexts: c values at which PCA is taken for every layer (default: walk_length).
     """
+    check_length(model, walk_length, "walk_length")
     n = graph.number_of_nodes()
     A = adjacency(graph)
     if node_tokens is None:

@@ -3,6 +3,9 @@
     add_common_flags(parser)   --out (required), --overwrite, --seed
     prepare_out(path, overwrite)   the output folder, refused if non-empty unless overwrite
     load_model(ref)            a causal LM from a saved folder / run folder, a model preset name or a Hub id
+    run_data(ref)              the data section of the run a model came from (None outside a run)
+    settings_from_runs(...)    probe settings defaulting to the runs' data, mismatches refused
+    check_length(model, n, flag)   a clear error when n tokens exceed the model's positions
     write_json(out, name, data)    <out>/<name>.json
     run_command(fn, args)      `assocmem probe NAME`: print fn's output folder (exit 0) or a user error (exit 2)
 """
@@ -44,7 +47,7 @@ def load_model(ref: str):
     Returns (model in eval mode, {"model": where it came from, "trained": bool}).
     """
     from assocmem.models import build_model, list_model_presets  # registers model_type "assocmem"
-    from assocmem.training.hub import is_hub_id
+    from assocmem.training.hub import HubUnavailableError, is_hub_id
     from assocmem.training.model_factory import load_pretrained, pretrained_folder
 
     path = Path(ref)
@@ -53,9 +56,78 @@ def load_model(ref: str):
     if ref in list_model_presets():
         return build_model(ref).eval(), {"model": ref, "trained": False}
     if is_hub_id(ref):
-        return load_pretrained(ref), {"model": ref, "trained": True}
+        try:
+            return load_pretrained(ref), {"model": ref, "trained": True}
+        except HubUnavailableError as err:
+            raise HubUnavailableError(f"model {ref!r} is not a model preset ({', '.join(list_model_presets())}); "
+                                      f"{err}") from None
     raise ValueError(f"model {ref!r}: not a folder, not a model preset and not a Hugging Face Hub id; presets: "
                      f"{list_model_presets()}")
+
+
+def run_data(ref: str):
+    """The ``data:`` section (a validated data config) of the run a model reference comes from, or None.
+
+    ``ref`` is a run folder (it holds config.yaml), its final/, or one of its checkpoints/step_*
+    folders; a save_pretrained folder outside a run, a preset or a Hub id has none.
+    """
+    from assocmem.training.config import load_config
+    from assocmem.training.runlog import CONFIG_FILE
+
+    path = Path(ref)
+    if not path.is_dir():
+        return None
+    for run in (path, path.parent, path.parent.parent):
+        if (run / CONFIG_FILE).is_file() and (run / "log.jsonl").is_file():
+            return load_config(run / CONFIG_FILE).data
+    return None
+
+
+def settings_from_runs(refs: list[str], wanted: dict[str, tuple[str, object, object]], *, kind: str,
+                       allow_other: bool) -> dict[str, object]:
+    """Probe settings for models ``refs``, per data field ``{field: (flag, given, default)}``: the value
+    given on the command line, else the one their runs were trained with (runs whose data is ``kind``),
+    else the default.
+
+    Refused: runs trained with different values (probe them in separate calls), and a given value
+    that differs from the runs' unless ``allow_other`` (the error names the run, its value and the flag).
+    """
+    trained = {ref: data for ref in refs if (data := run_data(ref)) is not None and data.kind == kind}
+    chosen = {}
+    for field, (flag, value, default) in wanted.items():
+        runs = {getattr(data, field) for data in trained.values()}
+        if len(runs) > 1:
+            raise ValueError(f"the runs {sorted(trained)} were trained with different data.{field} "
+                             f"{sorted(runs)}: probe them in separate calls")
+        if runs and value is not None and value not in runs and not allow_other:
+            ref, run_value = next(iter(trained)), runs.pop()
+            raise ValueError(f"{flag} {value} differs from data.{field}={run_value} that {ref} was trained with; leave "
+                             f"{flag} out to use the run's, or pass --allow-other-settings to probe it elsewhere")
+        chosen[field] = value if value is not None else (next(iter(runs)) if runs else default)
+    return chosen
+
+
+def position_limit(model) -> int | None:
+    """The longest input ``model`` has positions for, or None when nothing limits it: an assocmem
+    model's learned position table (``max_positions``; RoPE, recurrence and convolutions have no
+    table), a transformers config's ``max_position_embeddings`` or ``n_positions``."""
+    config = model.config
+    hybrid = getattr(config, "hybrid", None)
+    if isinstance(hybrid, dict):
+        return hybrid.get("max_positions")
+    for name in ("max_position_embeddings", "n_positions"):
+        if isinstance(getattr(config, name, None), int):
+            return getattr(config, name)
+    return None
+
+
+def check_length(model, length: int, flag: str) -> None:
+    """A clear error (not an IndexError deep in an embedding) when ``length`` tokens exceed the model's
+    positions."""
+    limit = position_limit(model)
+    if limit is not None and length > limit:
+        raise ValueError(f"{flag} {length} is longer than the model's {limit} positions "
+                         f"({type(model).__name__}); use {flag} {limit} or less")
 
 
 def write_json(out: Path, name: str, data: dict) -> Path:

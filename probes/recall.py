@@ -22,6 +22,7 @@ import torch
 
 from assocmem.training.tasks import mqar_arrays
 
+from .io import check_length
 from .plotting import CurvePanel, save_curve_panels
 
 
@@ -42,6 +43,7 @@ class RecallPoint:
 def mqar_accuracy(model: torch.nn.Module, *, seq_len: int, num_kv_pairs: int, vocab_size: int,
                   num_examples: int = 256, batch_size: int = 32, seed: int = 123) -> float:
     """Arg-max accuracy at MQAR query positions (logits at t vs labels[t+1]) on fresh examples."""
+    check_length(model, seq_len, "seq_len")
     inputs, labels = mqar_arrays(num_examples, seq_len, num_kv_pairs, vocab_size=vocab_size, seed=seed)
     model_vocab = int(model.config.vocab_size)
     if vocab_size > model_vocab:

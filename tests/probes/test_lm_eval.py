@@ -46,19 +46,20 @@ def _loglikelihood(model, tok, context, continuation):
     return sum(float(logp[len(ctx) - 1 + i, t]) for i, t in enumerate(cont))
 
 
-def test_a_local_task_end_to_end_through_the_wrapper(tmp_path):
+def _saved(tmp_path):
     torch.manual_seed(0)
     model = build_model(HybridConfig(d_model=32, vocab_size=len(WORDS), layers="gdn,attn", num_heads=2, mlp_ratio=2))
     tok = _tokenizer()
     model.save_pretrained(tmp_path / "final")
     tok.save_pretrained(tmp_path / "final")
     _task(tmp_path / "tasks")
-    lm_eval_main(["run", "--model", "hf", "--model_args", f"pretrained={tmp_path / 'final'},backend=causal",
-                  "--tasks", "assocmem_tiny", "--include_path", str(tmp_path / "tasks"), "--device", "cpu",
-                  "--batch_size", "2", "--output_path", str(tmp_path / "out"), "--log_samples"])
-    results = json.loads(next((tmp_path / "out").rglob("results_*.json")).read_text())
-    samples = [json.loads(line) for line in next((tmp_path / "out").rglob("samples_assocmem_tiny_*.jsonl")).open()]
-    model.eval()
+    return model.eval(), tok
+
+
+def _check_against_ours(model, tok, out):
+    """lm-eval's per-choice log-likelihoods equal a teacher-forced forward of ours, and so does its accuracy."""
+    results = json.loads(next(out.rglob("results_*.json")).read_text())
+    samples = [json.loads(line) for line in next(out.rglob("samples_assocmem_tiny_*.jsonl")).open()]
     hits = []
     for sample in sorted(samples, key=lambda s: s["doc_id"]):
         doc = DOCS[sample["doc_id"]]
@@ -66,4 +67,23 @@ def test_a_local_task_end_to_end_through_the_wrapper(tmp_path):
         theirs = [float(r[0][0]) for r in sample["resps"]]
         assert theirs == pytest.approx(ours, abs=2e-5)                     # float32 forward in lm-eval
         hits.append(max(range(len(ours)), key=ours.__getitem__) == doc["answer"])
+    assert len(hits) == len(DOCS)
     assert results["results"]["assocmem_tiny"]["acc,none"] == pytest.approx(sum(hits) / len(hits), abs=1e-12)
+
+
+def test_a_local_task_end_to_end_through_the_wrapper(tmp_path):
+    model, tok = _saved(tmp_path)
+    lm_eval_main(["run", "--model", "hf", "--model_args", f"pretrained={tmp_path / 'final'},backend=causal",
+                  "--tasks", "assocmem_tiny", "--include_path", str(tmp_path / "tasks"), "--device", "cpu",
+                  "--batch_size", "2", "--output_path", str(tmp_path / "out"), "--log_samples"])
+    _check_against_ours(model, tok, tmp_path / "out")
+
+
+def test_assocmem_eval_harness_on_a_run_folder(tmp_path):
+    from assocmem.training.cli import main as cli_main
+
+    model, tok = _saved(tmp_path)  # tmp_path is laid out as a run folder: its model and tokenizer in final/
+    assert cli_main(["eval-harness", str(tmp_path), "--tasks", "assocmem_tiny", "--include_path",
+                     str(tmp_path / "tasks"), "--device", "cpu", "--batch_size", "2", "--output_path",
+                     str(tmp_path / "out"), "--log_samples"]) == 0
+    _check_against_ours(model, tok, tmp_path / "out")
