@@ -31,6 +31,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from assocmem.mixers.cli_types import positive_int
 
+from assocmem.training.progress import progress
+
 from .io import add_common_flags, prepare_out
 
 
@@ -197,7 +199,8 @@ def run_hybrid_experiment(cfg: HybridExperimentConfig, out: str | Path) -> dict:
 
     out = Path(out)
     graph = make_graph(cfg.probe_graph)
-    results = [_train_and_probe(cfg, label, hybrid, out, graph) for label, hybrid in model_variants(cfg).items()]
+    results = [_train_and_probe(cfg, label, hybrid, out, graph) for label, hybrid in
+               progress(model_variants(cfg).items(), f"hybrid-experiment seed {cfg.seed}", label=lambda kv: kv[0])]
     contexts = tuple(c for c in (10, 50, 100, 200, cfg.seq_len) if c <= cfg.seq_len)
     summary = {"config": cfg.model_dump(), "models": []}
     for r in results:
@@ -262,7 +265,8 @@ def seed_table(agg: dict) -> str:
 def run_seeds(cfg: HybridExperimentConfig, seeds: list[int], out: str | Path) -> dict:
     """``run_hybrid_experiment`` once per seed into out/seed_<s>/, then hybrid_seeds.{md,json} in out."""
     out = Path(out)
-    summaries = [run_hybrid_experiment(cfg.model_copy(update={"seed": s}), out / f"seed_{s}") for s in seeds]
+    summaries = [run_hybrid_experiment(cfg.model_copy(update={"seed": s}), out / f"seed_{s}")
+                 for s in progress(seeds, "hybrid-experiment", label=lambda s: f"seed {s}")]
     agg = seed_summary(summaries)
     (out / "hybrid_seeds.json").write_text(json.dumps(agg, indent=2))
     (out / "hybrid_seeds.md").write_text(seed_table(agg))

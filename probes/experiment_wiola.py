@@ -27,11 +27,13 @@ from __future__ import annotations
 
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing import get_context
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from assocmem.training.progress import Progress
 
 from .io import add_common_flags, prepare_out
 
@@ -198,9 +200,13 @@ def run_wiola_experiment(cfg: WiolaExperimentConfig, out: str | Path, seeds: lis
     write_texts(cfg, out)
     hybrids = hybrid_configs(cfg)
     work = [(v, s) for s in seeds for v in VARIANTS]
+    tracker = Progress(len(work), f"wiola-experiment ({jobs} at a time)")
     with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
-        futures = [pool.submit(run_job, cfg.model_dump(), v, hybrids[v], s, str(out)) for v, s in work]
-        return [f.result() for f in futures]
+        futures = {pool.submit(run_job, cfg.model_dump(), v, hybrids[v], s, str(out)): (v, s) for v, s in work}
+        for future in as_completed(futures):
+            v, s = futures[future]
+            tracker.done(f"{v} seed {s}", f"{future.result()['train_seconds']:.0f} s of training")
+        return [future.result() for future in futures]  # in the order of ``work``
 
 
 def seed_metrics(results: list[dict]) -> dict[int, dict[str, float | None]]:

@@ -12,6 +12,8 @@ import json
 import time
 from pathlib import Path
 
+from assocmem.training.progress import progress
+
 
 def train_variant(runs: Path, label: str, hybrid: dict, data: dict, *, steps: int, batch_size: int, lr: float,
                   seed: int, threads: int | None) -> tuple[object, float, dict]:
@@ -68,7 +70,8 @@ def run_seeds(name: str, cfg, seeds: list[int], out: str | Path, *, run_seed, su
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     try:
-        per_seed = {s: run_seed(cfg, s, out / f"seed_{s}") for s in seeds}
+        per_seed = {s: run_seed(cfg, s, out / f"seed_{s}")
+                    for s in progress(seeds, f"{name}-experiment", label=lambda s: f"seed {s}")}
     finally:
         torch.set_num_threads(threads)
     summary = summarize(per_seed, cfg)

@@ -29,6 +29,8 @@ import multiprocessing
 import time
 from pathlib import Path
 
+from assocmem.training.progress import Progress
+
 VARIANTS: dict[str, list[dict]] = {
     "baseline": [],
     "pfft_wrong_high": [{"kind": "pfft", "prescription": "wrong_high"}],
@@ -164,6 +166,7 @@ def run_experiment(*, ps: list[int], seeds: list[int], variants: list[str], epoc
     todo = [(p, v, s) for p, v in runs_for(ps, variants) for s in seeds]
     configs = [nanda_config(p, s, v, epochs, out / "runs" / f"p{p}-{v}-s{s}") for p, v, s in todo]
     records: list[dict] = []
+    tracker = Progress(len(todo), f"grokking-experiment ({jobs} at a time)")
     ctx = multiprocessing.get_context("spawn")
     with futures.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
         pending = {pool.submit(run_one, c, eval_every=eval_every, patience=patience): key
@@ -173,9 +176,9 @@ def run_experiment(*, ps: list[int], seeds: list[int], variants: list[str], epoc
             rec = {**done.result(), "variant": v}
             records.append(rec)
             etg = rec["grokking_epoch"]
-            print(f"p={p} {v:18s} seed {s}: ETG {etg if etg is not None else 'DNF'} "
-                  f"(mem {rec['memorisation_epoch']}, val {rec['final_val_accuracy']:.3f}, "
-                  f"{rec['epochs_run']} epochs, {rec['minutes']:.1f} min, {rec['cpu_minutes']:.1f} CPU min)", flush=True)
+            tracker.done(f"p={p} {v} seed {s}", f"ETG {etg if etg is not None else 'DNF'} (mem "
+                         f"{rec['memorisation_epoch']}, val {rec['final_val_accuracy']:.3f}, {rec['epochs_run']} epochs, "
+                         f"{rec['minutes']:.1f} min, {rec['cpu_minutes']:.1f} CPU min)")
     order = {key: i for i, key in enumerate(todo)}
     return sorted(records, key=lambda r: order[(r["p"], r["variant"], r["seed"])])
 

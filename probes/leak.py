@@ -34,6 +34,8 @@ import multiprocessing
 import time
 from pathlib import Path
 
+from assocmem.training.progress import Progress
+
 MODELS = {"baseline": "st1-tiny-baseline", "st1_as_written": "st1-tiny", "st1_causal": "st1-tiny-causal"}
 FGP_POSITIONS = {"kind": "fgp_adaptive", "param": "model.embed_positions.weight", "top_k": 32}
 SNAP_DROP, SNAP_WINDOW = 0.30, 10
@@ -162,6 +164,7 @@ def run_experiment(*, text: Path, seeds: list[int], models: list[str], epochs: i
     todo = [(m, s) for m in models for s in seeds]
     configs = [leak_config(m, s, text, epochs, out / "runs" / f"{m}-s{s}") for m, s in todo]
     records = []
+    tracker = Progress(len(todo), f"leak-experiment ({jobs} at a time)")
     ctx = multiprocessing.get_context("spawn")
     with futures.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
         pending = {pool.submit(run_one, c, cuts_per_block=cuts_per_block): key for c, key in zip(configs, todo)}
@@ -169,9 +172,9 @@ def run_experiment(*, text: Path, seeds: list[int], models: list[str], epochs: i
             m, s = pending[done]
             rec = {**done.result(), "model": m}
             records.append(rec)
-            print(f"{m:15s} seed {s}: bpc {rec['final_bpc']:.3f}, control {rec['final_bpc_control']:.3f} "
-                  f"(teacher forcing at the same cuts {rec['final_bpc_tf_at_cuts']:.3f}), snap {rec['snap_epoch']}, "
-                  f"{rec['minutes']:.1f} min, {rec['cpu_minutes']:.1f} CPU min", flush=True)
+            tracker.done(f"{m} seed {s}", f"bpc {rec['final_bpc']:.3f}, control {rec['final_bpc_control']:.3f} "
+                         f"(teacher forcing at the same cuts {rec['final_bpc_tf_at_cuts']:.3f}), snap "
+                         f"{rec['snap_epoch']}, {rec['minutes']:.1f} min, {rec['cpu_minutes']:.1f} CPU min")
     order = {key: i for i, key in enumerate(todo)}
     return sorted(records, key=lambda r: order[(r["model"], r["seed"])])
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from assocmem.training.progress import progress
 from assocmem.training.tasks import mqar_arrays
 
 from .io import check_length
@@ -91,7 +92,7 @@ def recall_vs_pairs(models: dict[str, torch.nn.Module], *, num_kv_pairs: list[in
                     mixer_of: dict[str, str] | None = None, num_examples: int = 256, seed: int = 123) -> list[RecallPoint]:
     """MQAR accuracy of every model at every K (same examples for every model)."""
     points = []
-    for label, model in models.items():
+    for label, model in progress(models.items(), "recall: evaluating", label=lambda kv: kv[0]):
         state = model_state_size(model, seq_len=seq_len)
         for K in num_kv_pairs:
             acc = mqar_accuracy(model, seq_len=seq_len, num_kv_pairs=K, vocab_size=vocab_size,
@@ -113,21 +114,21 @@ def train_mqar_models(mixers: list[str], d_models: list[int], *, out_dir: str | 
     from transformers import AutoModelForCausalLM
 
     models = {}
-    for mixer in mixers:
-        for d in d_models:
-            label = f"{mixer}-d{d}"
-            cfg = config_from_dict({
-                "name": label, "output_dir": str(out_dir), "seed": seed,
-                "model": {"hybrid": {"d_model": d, "layers": mixer, "n_layers": 2, "mlp_ratio": 0,
-                                     "head_dim": min(head_dim, d), "vocab_size": vocab_size}},
-                "data": {"kind": "mqar", "seq_len": seq_len, "num_kv_pairs": num_kv_pairs, "vocab_size": vocab_size,
-                         "num_train": num_train, "num_eval": 0, "seed": seed, "eval_seed": seed + 1},
-                "optim": {"lr": lr, "weight_decay": 0.1, "warmup_steps": max(1, steps // 10)},
-                "train": {"steps": steps, "batch_size": batch_size, "progress": False, "log_every": max(1, steps // 10)},
-            })
-            train(cfg, overwrite=True)
-            folder = Path(out_dir) / label / "final"
-            models[label] = (mixer, AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=False).eval())
+    for mixer, d in progress([(m, d) for m in mixers for d in d_models], "recall: training",
+                             label=lambda md: f"{md[0]}-d{md[1]} ({steps} steps)"):
+        label = f"{mixer}-d{d}"
+        cfg = config_from_dict({
+            "name": label, "output_dir": str(out_dir), "seed": seed,
+            "model": {"hybrid": {"d_model": d, "layers": mixer, "n_layers": 2, "mlp_ratio": 0,
+                                 "head_dim": min(head_dim, d), "vocab_size": vocab_size}},
+            "data": {"kind": "mqar", "seq_len": seq_len, "num_kv_pairs": num_kv_pairs, "vocab_size": vocab_size,
+                     "num_train": num_train, "num_eval": 0, "seed": seed, "eval_seed": seed + 1},
+            "optim": {"lr": lr, "weight_decay": 0.1, "warmup_steps": max(1, steps // 10)},
+            "train": {"steps": steps, "batch_size": batch_size, "progress": False, "log_every": max(1, steps // 10)},
+        })
+        train(cfg, overwrite=True)
+        folder = Path(out_dir) / label / "final"
+        models[label] = (mixer, AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=False).eval())
     return models
 
 
