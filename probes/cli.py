@@ -1,6 +1,6 @@
 """``assocmem probe graph-tracing | recall | causality | capacity | hybrid-experiment | sounding |
 grokking-experiment | leak-experiment | wiola-experiment | wiola-claims | tts | niah | tts-experiment |
-niah-experiment``.
+niah-experiment | rl-experiment``.
 
 Every probe writes <out>/<probe>.json and its PNG figures into the output folder
 named by ``--out`` and prints that folder when done. An existing non-empty
@@ -17,8 +17,8 @@ from pathlib import Path
 from assocmem.memories.deprecation import moved, names_in
 from assocmem.mixers.cli_types import non_negative_float, positive_float, positive_int
 
-from . import (eval_cli, experiment_distill, experiment_hybrid, experiment_niah, experiment_tts, experiment_wiola,
-               grokking, leak, sounding, wiola_claims)
+from . import (eval_cli, experiment_distill, experiment_hybrid, experiment_niah, experiment_rl, experiment_tts,
+               experiment_wiola, grokking, leak, sounding, wiola_claims)
 from . import io as probe_io
 from .io import USER_ERRORS, add_common_flags, run_command, write_json
 
@@ -45,6 +45,7 @@ def register(subparsers) -> None:
     experiment_tts.register(sub, _run)
     experiment_niah.register(sub, _run)
     experiment_distill.register(sub, _run)
+    experiment_rl.register(sub, _run)
 
 
 def _run(fn, args) -> int:

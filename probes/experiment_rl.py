@@ -1,0 +1,255 @@
+"""RL after SFT at toy scale (Nautile-370M §4.2–4.4, Table 1): does plain GRPO degrade at a low
+success rate, and do gradient balancing and scored self-distillation help?
+
+  1. SFT: a 2-layer d = 64 GDN + attention model is trained on ``chain_sum`` (6 digits, scratchpad)
+     at a constant learning rate for ``sft_steps`` steps, chosen so that held-out pass@1 (temperature
+     1) is about 25–30 %: Nautile's regime (28 % on GSM8K after SFT). One SFT model, shared by all
+     RL runs (``out/sft``; the seeds vary the RL runs).
+  2. RL from it, four methods (``METHODS``), each ``rounds`` rounds of ``prompts`` prompts × G
+     samples, so every run samples the same number of completions (the sampled tokens differ only by
+     the responses' lengths, which are reported):
+        GRPO                   advantages ÷ group std, ``grpo`` aggregation (mean of sequence means)
+        Dr. GRPO + dapo        A = r − mean, token-level (``dapo``) aggregation
+        gradient-balanced      Dr. GRPO + dapo with g = g⁺ + ‖g⁺‖/(‖g⁻‖+ε) g⁻ (Nautile §4.3)
+        self-distillation      keep A > 0, advantage-weighted CE, ``distill_epochs`` epochs per round (§4.4)
+  3. held-out pass@1 of each final policy with ``run_tts`` (the ``probe tts`` code): ``samples``
+     completions per held-out problem at temperature 1, with a bootstrap interval; ‖g⁻‖/‖g⁺‖ per
+     round from the run's log.jsonl (measured for every method, also where it is not used).
+
+    assocmem probe rl-experiment --out runs/rl-experiment --seeds 0 1 2
+    assocmem probe rl-experiment --out /tmp/rl --quick          # a smoke run (a minute)
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from .experiments import add_seeded_flags, run_seeds, seeded_cli, spread
+
+METHODS: dict[str, dict] = {
+    "GRPO": {"rollout": {"advantage_scale": "group"}, "loss": {"algorithm": "policy_gradient", "aggregation": "grpo"}},
+    "Dr. GRPO + dapo": {"rollout": {"advantage_scale": "none"},
+                        "loss": {"algorithm": "policy_gradient", "aggregation": "dapo"}},
+    "gradient-balanced": {"rollout": {"advantage_scale": "none"}, "loss": {"algorithm": "balanced", "aggregation": "dapo"}},
+    "self-distillation": {"rollout": {"advantage_scale": "none"},
+                          "loss": {"algorithm": "self_distillation", "aggregation": "dapo"}},
+}
+
+
+class RLExperimentConfig(BaseModel):
+    """Sizes and budgets of the experiment."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    d_model: int = Field(64, gt=0, description="residual width")
+    layers: str = Field("gdn,attn", description="layer pattern")
+    num_heads: int = Field(4, gt=0, description="heads of every mixer")
+    mlp_ratio: float = Field(2.0, ge=0, description="SwiGLU width / d_model")
+    num_digits: int = Field(6, ge=1, description="chain_sum's m")
+    sft_train: int = Field(5000, gt=0, description="SFT problems")
+    sft_steps: int = Field(340, gt=0, description="SFT steps at a constant learning rate (after 10 warm-up steps)")
+    sft_batch: int = Field(32, gt=0, description="SFT sequences per step")
+    sft_lr: float = Field(3e-3, gt=0, description="SFT learning rate")
+    rl_train: int = Field(2000, gt=0, description="RL prompts (the SFT set's first ones)")
+    rounds: int = Field(80, gt=0, description="RL rounds per run")
+    prompts: int = Field(16, gt=0, description="prompts per round")
+    group_size: int = Field(8, ge=2, description="G, samples per prompt")
+    rl_lr: float = Field(1e-3, gt=0, description="RL learning rate (constant; AdamW, no weight decay)")
+    beta: float = Field(0.0, ge=0, description="KL weight to the SFT model")
+    distill_epochs: int = Field(2, ge=1, description="self-distillation epochs per round")
+    eval_every: int = Field(20, ge=0, description="in-run held-out pass@1 every N rounds (curves)")
+    eval_samples: int = Field(4, gt=0, description="samples per held-out problem in the in-run curve")
+    num_problems: int = Field(200, gt=0, description="held-out problems")
+    samples: int = Field(16, gt=0, description="samples per held-out problem for the final pass@1")
+    methods: list[str] = Field(list(METHODS), description="methods run (keys of METHODS)")
+    threads: int | None = Field(1, gt=0, description="torch threads")
+
+    @classmethod
+    def quick(cls) -> "RLExperimentConfig":
+        return cls(sft_steps=60, sft_train=500, rl_train=64, rounds=3, prompts=4, group_size=4, eval_every=0,
+                   eval_samples=2, num_problems=16, samples=4)
+
+
+def _sft(cfg: RLExperimentConfig, folder: Path) -> Path:
+    """Step 1: the SFT run (reused when ``folder/final`` exists: it is deterministic)."""
+    from assocmem.training.config import config_from_dict
+    from assocmem.training.loop import train
+
+    if (folder / "final" / "config.json").is_file():
+        return folder
+    sft = {"name": folder.name, "output_dir": str(folder.parent), "seed": 0,
+           "model": {"hybrid": {"d_model": cfg.d_model, "layers": cfg.layers, "num_heads": cfg.num_heads,
+                                "mlp_ratio": cfg.mlp_ratio}},
+           "data": {"kind": "chain_sum", "num_digits": cfg.num_digits, "num_train": cfg.sft_train, "num_eval": 64},
+           "optim": {"lr": cfg.sft_lr, "weight_decay": 0.1, "warmup_steps": 10, "min_lr_ratio": 1.0},
+           "train": {"steps": cfg.sft_steps, "batch_size": cfg.sft_batch, "progress": False, "threads": cfg.threads,
+                     "log_every": 20}}
+    train(config_from_dict(sft), overwrite=True)
+    return folder
+
+
+def _rl_config(cfg: RLExperimentConfig, method: str, sft: Path, seed: int, runs: Path) -> dict:
+    update = METHODS[method]
+    inner = cfg.distill_epochs if update["loss"]["algorithm"] == "self_distillation" else 1
+    return {"name": method.replace(" ", "_").replace(".", "").replace("+", "plus"), "output_dir": str(runs),
+            "seed": seed, "model": {"init_from": str(sft)},
+            "data": {"kind": "chain_sum", "num_digits": cfg.num_digits, "num_train": cfg.rl_train,
+                     "num_eval": cfg.num_problems, "eval_seed": 10_000},
+            "rollout": {"group_size": cfg.group_size, "prompts_per_step": cfg.prompts, "temperature": 1.0,
+                        "reward": "correct", **update["rollout"]},
+            "loss": {**update["loss"], "beta": cfg.beta, "inner_iterations": inner},
+            "optim": {"lr": cfg.rl_lr, "weight_decay": 0.0, "warmup_steps": 0, "min_lr_ratio": 1.0, "grad_clip": 1.0},
+            "train": {"steps": cfg.rounds, "eval_every": cfg.eval_every, "eval_samples": cfg.eval_samples,
+                      "progress": False, "threads": cfg.threads, "eval_batch_size": 256}}
+
+
+def _held_out(model, cfg: RLExperimentConfig, seed: int) -> dict:
+    """Step 3: pass@1 of ``model`` on the held-out problems with run_tts (the ``probe tts`` code)."""
+    from assocmem.training.generation import SamplingSettings
+    from assocmem.training.verifiable import ChainSum
+
+    from .test_time_scaling import run_tts
+
+    task = ChainSum(num_digits=cfg.num_digits)
+    problems = task.problems(cfg.num_problems, seed=10_000)
+    settings = SamplingSettings(num_samples=cfg.samples, temperature=1.0, max_new_tokens=task.max_new_tokens,
+                                batch_size=256, seed=seed)
+    report = run_tts(model, task, problems, settings, ks=[1], num_resamples=200)
+    m = report["metrics"]["pass@k"]
+    return {"pass@1": m["mean"][0], "low": m["low"][0], "high": m["high"][0],
+            "mean response tokens": report["mean response tokens"]}
+
+
+def _ratios(run_dir: Path) -> dict:
+    """‖g⁻‖/‖g⁺‖ per round, its mean over the first and last quarter, and the sampled tokens."""
+    from assocmem.training.runlog import read_log
+
+    train = [r for r in read_log(run_dir / "log.jsonl") if r["split"] == "train"]
+    ratio = [r["g_neg_over_g_pos"] for r in train]
+    q = max(1, len(train) // 4)
+    finite = lambda xs: [x for x in xs if x is not None]  # noqa: E731
+    return {"ratio": ratio, "reward": [r["reward"] for r in train],
+            "eval": [(r["step"], r["pass@1"]) for r in read_log(run_dir / "log.jsonl") if r["split"] == "eval"],
+            "ratio_first": float(np.mean(finite(ratio[:q]) or [np.nan])),
+            "ratio_last": float(np.mean(finite(ratio[-q:]) or [np.nan])),
+            "sampled_tokens": train[-1]["sampled_tokens"]}
+
+
+def run_seed(cfg: RLExperimentConfig, seed: int, out: Path) -> dict:
+    """The SFT model (shared), then every method from it with RL seed ``seed``."""
+    from assocmem.training.model_factory import load_pretrained
+    from assocmem.training.rl.config import rl_config_from_dict
+    from assocmem.training.rl.loop import train_rl
+
+    sft = _sft(cfg, out.parent / "sft")
+    results = {"SFT": {**_held_out(load_pretrained(sft), cfg, seed)}}
+    for method in cfg.methods:
+        start = time.time()
+        rl_cfg = rl_config_from_dict(_rl_config(cfg, method, sft, seed, out / "runs"))
+        train_rl(rl_cfg, overwrite=True)
+        run_dir = out / "runs" / rl_cfg.name
+        results[method] = {**_held_out(load_pretrained(run_dir), cfg, seed), **_ratios(run_dir),
+                           "minutes": (time.time() - start) / 60}
+    return results
+
+
+def summarize(per_seed: dict, cfg: RLExperimentConfig) -> dict:
+    rows = {}
+    for label in ["SFT", *cfg.methods]:
+        runs = [r[label] for r in per_seed.values()]
+        rows[label] = {key: spread([r.get(key) for r in runs])
+                       for key in ("pass@1", "ratio_first", "ratio_last", "sampled_tokens", "mean response tokens")}
+    return {"rows": rows}
+
+
+def markdown_table(summary: dict, cfg: RLExperimentConfig) -> str:
+    def fmt(s, digits=3):
+        return "–" if s is None else f"{s['mean']:.{digits}f} [{s['min']:.{digits}f}, {s['max']:.{digits}f}]"
+
+    lines = ["| policy | held-out pass@1 | ‖g⁻‖/‖g⁺‖ first rounds | ‖g⁻‖/‖g⁺‖ last rounds | sampled tokens |",
+             "|---|---|---|---|---|"]
+    for label, r in summary["rows"].items():
+        tokens = "–" if r["sampled_tokens"] is None else f"{r['sampled_tokens']['mean']:,.0f}"
+        lines.append(f"| {label} | {fmt(r['pass@1'])} | {fmt(r['ratio_first'], 2)} | {fmt(r['ratio_last'], 2)} | "
+                     f"{tokens} |")
+    return "\n".join(lines) + "\n"
+
+
+def save_figure(per_seed: dict, cfg: RLExperimentConfig, path: Path) -> Path:
+    """‖g⁻‖/‖g⁺‖, reward and held-out pass@1 against the round, every method and seed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    colours = dict(zip(cfg.methods, plt.rcParams["axes.prop_cycle"].by_key()["color"]))
+    for seed, results in per_seed.items():
+        for method in cfg.methods:
+            r = results[method]
+            label = method if seed == min(per_seed) else None
+            axes[0].plot([np.nan if x is None else x for x in r["ratio"]], color=colours[method], label=label, lw=1)
+            axes[1].plot(r["reward"], color=colours[method], label=label, lw=1)
+            steps, values = zip(*r["eval"]) if r["eval"] else ((), ())
+            axes[2].plot(steps, values, "o-", color=colours[method], label=label, lw=1, markersize=3)
+    axes[0].axhline(1.0, color="grey", lw=0.8)
+    for ax, name in zip(axes, ["‖g⁻‖ / ‖g⁺‖", "reward (samples of the round)", "held-out pass@1 (in-run)"]):
+        ax.set(xlabel="round", ylabel=name)
+        ax.grid(alpha=0.3)
+    axes[2].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def seed_metrics(per_seed: dict, cfg: RLExperimentConfig) -> dict[int, dict[str, float]]:
+    """seed -> "<policy> <metric>" -> value: the flat numbers of the result record."""
+    out = {}
+    for seed, results in per_seed.items():
+        row = {"SFT pass@1": results["SFT"]["pass@1"]}
+        for method in cfg.methods:
+            r = results[method]
+            row.update({f"{method} pass@1": r["pass@1"], f"{method} g-/g+ first": r["ratio_first"],
+                        f"{method} g-/g+ last": r["ratio_last"], f"{method} sampled tokens": r["sampled_tokens"],
+                        f"{method} minutes": r["minutes"]})
+        out[seed] = row
+    return out
+
+
+def run_experiment(cfg: RLExperimentConfig, seeds: list[int], out: str | Path) -> dict:
+    """Every seed into ``out/seed_<s>/`` (the SFT model in ``out/sft``), then rl_experiment.{json,md,png}."""
+    holder: dict = {}
+
+    def figures(summary, cfg, folder):
+        save_figure(holder["per_seed"], cfg, folder / "rl_experiment.png")
+
+    def run(cfg, seed, folder):
+        result = run_seed(cfg, seed, folder)
+        holder.setdefault("per_seed", {})[seed] = result
+        return result
+
+    return run_seeds("rl", cfg, seeds, out, run_seed=run, summarize=summarize, markdown_table=markdown_table,
+                     save_figures=figures)
+
+
+def register(sub, run) -> None:
+    p = sub.add_parser("rl-experiment", help="RL after SFT on chain_sum: GRPO vs Dr. GRPO + dapo vs gradient-"
+                       "balanced vs self-distillation, held-out pass@1 and ‖g⁻‖/‖g⁺‖", description=__doc__)
+    add_seeded_flags(p)
+    p.set_defaults(func=lambda a: run(_cli, a))
+
+
+def _cli(args) -> Path:
+    return seeded_cli(args, "rl-experiment", RLExperimentConfig, run_experiment, markdown_table, _record)
+
+
+def _record(result: dict, cfg: RLExperimentConfig) -> tuple[dict, dict, str]:
+    return (seed_metrics(result["per_seed_raw"], cfg), {"config": cfg.model_dump(), "table": result["summary"]},
+            "RL after SFT at toy scale (probes/experiment_rl.py): a GDN+attention d=64 model SFT'd on chain_sum "
+            "(6 digits) to ~27 % pass@1, then GRPO / Dr. GRPO + dapo / gradient-balanced / self-distillation at "
+            "equal sampled completions; held-out pass@1 (run_tts) and ‖g⁻‖/‖g⁺‖")
