@@ -131,11 +131,13 @@ def _ratios(run_dir: Path) -> dict:
     train = [r for r in read_log(run_dir / "log.jsonl") if r["split"] == "train"]
     ratio = [r["g_neg_over_g_pos"] for r in train]
     q = max(1, len(train) // 4)
-    finite = lambda xs: [x for x in xs if x is not None]  # noqa: E731
+    def mean(xs: list) -> float | None:  # rounds without a positive gradient (g⁺ = 0) have no ratio
+        kept = [x for x in xs if x is not None]
+        return float(np.mean(kept)) if kept else None
+
     return {"ratio": ratio, "reward": [r["reward"] for r in train],
             "eval": [(r["step"], r["pass@1"]) for r in read_log(run_dir / "log.jsonl") if r["split"] == "eval"],
-            "ratio_first": float(np.mean(finite(ratio[:q]) or [np.nan])),
-            "ratio_last": float(np.mean(finite(ratio[-q:]) or [np.nan])),
+            "ratio_first": mean(ratio[:q]), "ratio_last": mean(ratio[-q:]),
             "sampled_tokens": train[-1]["sampled_tokens"]}
 
 

@@ -1,0 +1,49 @@
+"""rl-experiment: a micro run end to end, its table and its result record."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from assocmem.probes.experiment_rl import RLExperimentConfig, markdown_table, run_experiment
+from assocmem.training.results import read_result
+from assocmem.training.runlog import read_log
+
+MICRO = dict(d_model=16, num_heads=2, mlp_ratio=0.0, num_digits=2, sft_train=64, sft_steps=12, sft_batch=8,
+             rl_train=8, rounds=2, prompts=2, group_size=2, eval_every=1, eval_samples=1, num_problems=3, samples=2)
+
+
+def test_micro_run_end_to_end(tmp_path):
+    cfg = RLExperimentConfig(**MICRO, methods=["Dr. GRPO + dapo", "self-distillation"])
+    out = run_experiment(cfg, [0, 1], tmp_path / "rl")
+    stored = json.loads((tmp_path / "rl" / "rl_experiment.json").read_text())
+    assert stored["seeds"] == [0, 1] and (tmp_path / "rl" / "rl_experiment.png").is_file()
+    assert (tmp_path / "rl" / "sft" / "final" / "config.json").is_file()     # one SFT model, shared
+    for seed in (0, 1):
+        results = out["per_seed_raw"][seed]
+        for method in cfg.methods:
+            r = results[method]
+            assert r["pass@1"] * 6 == round(r["pass@1"] * 6)                 # 3 problems × 2 samples
+            logged = [x["g_neg_over_g_pos"] for x in read_log(tmp_path / "rl" / f"seed_{seed}" / "runs" /
+                      ("Dr_GRPO_plus_dapo" if method == "Dr. GRPO + dapo" else method) / "log.jsonl")
+                      if x["split"] == "train"]
+            assert r["ratio"] == logged and len(logged) == 2
+            assert [s for s, _ in r["eval"]] == [0, 1, 2]
+    row = stored["summary"]["rows"]["self-distillation"]["pass@1"]
+    values = [out["per_seed_raw"][s]["self-distillation"]["pass@1"] for s in (0, 1)]
+    assert row["mean"] == np.mean(values) and row["min"] == min(values)
+    assert "| self-distillation |" in markdown_table(stored["summary"], cfg)
+
+
+def test_the_cli_writes_a_result_record(tmp_path, monkeypatch, capsys):
+    from assocmem.probes import experiment_rl
+    from assocmem.training.cli import main as cli_main
+
+    micro = RLExperimentConfig(**{**MICRO, "eval_every": 0}, methods=["gradient-balanced"])
+    monkeypatch.setattr(experiment_rl.RLExperimentConfig, "quick", classmethod(lambda cls: micro))
+    result = tmp_path / "rl.json"
+    args = ["probe", "rl-experiment", "--quick", "--seeds", "0", "--out", str(tmp_path / "o"), "--result", str(result)]
+    assert cli_main(args) == 0
+    record = read_result(result)
+    assert record.seeds == [0] and "gradient-balanced pass@1" in record.summary and "SFT pass@1" in record.summary
+    assert cli_main(args) == 2 and "exists" in capsys.readouterr().err
