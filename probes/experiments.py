@@ -97,25 +97,29 @@ def add_seeded_flags(p) -> None:
     add_common_flags(p)
 
 
-def seeded_cli(args, command: str, config_type, run_experiment, markdown_table, record) -> Path:
+def seeded_cli(args, command: str, config_type, run_experiment, markdown_table, record, options=None) -> Path:
     """``assocmem probe COMMAND`` for a config-driven experiment (flags of ``add_seeded_flags``):
 
     1. refuse an existing --result and prepare --out (before any work);
-    2. ``config_type.quick()`` or ``config_type()``, with --threads;
+    2. ``config_type.quick()`` or ``config_type()``, with --threads and, if given, the experiment's own
+       flags: ``options(args)`` returns (config field updates, those flags as command-line words);
     3. ``run_experiment(cfg, seeds, out)`` and print its markdown table;
     4. with --result, the record: ``record(result, cfg)`` gives (per_seed, extra, description).
     """
+    from assocmem.training.results import current_versions
+
     from .io import prepare_out
 
+    current_versions()  # read now: the code this process runs, whatever is committed while it runs
     check_result_path(args)
-    out = prepare_out(args.out, args.overwrite)
+    updates, words = options(args) if options is not None else ({}, [])
     cfg = config_type.quick() if args.quick else config_type()
-    if args.threads:
-        cfg = cfg.model_copy(update={"threads": args.threads})
+    cfg = cfg.model_validate({**cfg.model_dump(), **updates, **({"threads": args.threads} if args.threads else {})})
+    out = prepare_out(args.out, args.overwrite)
     result = run_experiment(cfg, args.seeds, out)
     print(markdown_table(result["summary"], cfg), end="")
     if args.result:
-        argv = ["probe", command, *(["--quick"] if args.quick else []),
+        argv = ["probe", command, *words, *(["--quick"] if args.quick else []),
                 *(["--threads", str(args.threads)] if args.threads else []), "--seeds", *map(str, args.seeds),
                 "--out", args.out, "--result", args.result]
         per_seed, extra, description = record(result, cfg)

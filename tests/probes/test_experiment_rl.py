@@ -47,3 +47,21 @@ def test_the_cli_writes_a_result_record(tmp_path, monkeypatch, capsys):
     record = read_result(result)
     assert record.seeds == [0] and "gradient-balanced pass@1" in record.summary and "SFT pass@1" in record.summary
     assert cli_main(args) == 2 and "exists" in capsys.readouterr().err
+
+
+def test_the_lr_flag_reaches_the_config_and_the_recorded_command(tmp_path, monkeypatch):
+    from assocmem.probes import experiment_rl
+    from assocmem.training.cli import main as cli_main
+
+    micro = RLExperimentConfig(**{**MICRO, "eval_every": 0, "rounds": 1}, methods=["GRPO"])
+    monkeypatch.setattr(experiment_rl.RLExperimentConfig, "quick", classmethod(lambda cls: micro))
+    result = tmp_path / "rl.json"
+    args = ["probe", "rl-experiment", "--lr", "2e-4", "--quick", "--seeds", "0", "--out", str(tmp_path / "o"),
+            "--result", str(result)]
+    assert cli_main(args) == 0
+    record = read_result(result)
+    assert record.command.startswith("assocmem probe rl-experiment --lr 0.0002 --quick --seeds 0")
+    stored = json.loads((tmp_path / "o" / "rl_experiment.json").read_text())
+    assert stored["config"]["rl_lr"] == 2e-4
+    rl_config = (tmp_path / "o" / "seed_0" / "runs" / "GRPO" / "config.yaml").read_text()
+    assert "lr: 0.0002" in rl_config
