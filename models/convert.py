@@ -98,7 +98,7 @@ def check_teacher_config(config, replace: Sequence[int]) -> None:
                          f"unscaled); supported: 'default'")
     _require(config, "hidden_act", {"silu"})
     _require(config, "mlp_bias", {False, None})
-    _check_replace(replace, config.num_hidden_layers)
+    check_replace(replace, config.num_hidden_layers)
     biased = bool(getattr(config, "attention_bias", False)) or type(config).__name__ == "Qwen2Config"  # Qwen2: always
     if replace and biased:
         raise ValueError(f"teacher {type(config).__name__} has q/k/v biases (attention_bias), which a replaced "
@@ -114,7 +114,7 @@ def from_hf_causal_lm(source: "str | Path | nn.Module", *, replace: Sequence[int
     """
     teacher = _load(source)
     layers = teacher.model.layers
-    replaced = _check_replace(replace, len(layers))
+    replaced = check_replace(replace, len(layers))
     specs = [student_spec(student, layer.self_attn) if i in replaced else spec_from_hf(layer.self_attn)[0]
              for i, layer in enumerate(layers)]
     hc = hybrid_config(teacher.config, specs)
@@ -164,7 +164,8 @@ def _load(source) -> nn.Module:
     return source
 
 
-def _check_replace(replace: Sequence[int], n: int) -> set[int]:
+def check_replace(replace: Sequence[int], n: int) -> set[int]:
+    """The replaced layers as a set; refuses indices out of range for ``n`` layers and duplicates."""
     bad = [i for i in replace if not 0 <= i < n]
     if bad:
         raise ValueError(f"replace {bad} out of range for a teacher with {n} layers (0-indexed: 0..{n - 1})")

@@ -243,9 +243,9 @@ def test_refusals_name_the_field(tmp_path):
     _refused(_config(tmp_path, folder, student={"mixer": "softmax", "replace": [1]}), r"student.mixer: 'softmax'",
              tmp_path)
     _, scaled = llama(tmp_path, "scaled", rope_scaling={"rope_type": "linear", "factor": 2.0})
-    _refused(_config(tmp_path, scaled), r"teacher rope_scaling: rope_type = 'linear'", tmp_path)
+    _refused(_config(tmp_path, scaled), r"^teacher: teacher rope_scaling: rope_type = 'linear'", tmp_path)
     _, biased = llama(tmp_path, "biased", attention_bias=True)
-    _refused(_config(tmp_path, biased), r"teacher .*attention_bias", tmp_path)
+    _refused(_config(tmp_path, biased), r"^teacher: teacher LlamaConfig has q/k/v biases \(attention_bias\)", tmp_path)
     gpt2 = tmp_path / "gpt2"
     transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=VOCAB)
                                  ).save_pretrained(gpt2)

@@ -52,7 +52,7 @@ def check_distill(cfg: DistillConfig) -> list[int]:
 
     from assocmem.memories import NonParametric, Spectral
     from assocmem.mixers import get_preset
-    from assocmem.models.convert import check_teacher_config
+    from assocmem.models.convert import check_replace, check_teacher_config
 
     try:
         folder = pretrained_folder(cfg.teacher)
@@ -60,11 +60,18 @@ def check_distill(cfg: DistillConfig) -> list[int]:
         raise ConfigError(f"teacher: {err}") from None
     config = AutoConfig.from_pretrained(folder)
     try:
-        layers = cfg.student.layers(config.num_hidden_layers)
-        check_teacher_config(config, layers)
+        check_teacher_config(config, [])
     except ValueError as err:
-        field = "student" if "replace" in str(err) or "Table 3.3" in str(err) else "teacher"
-        raise ConfigError(f"{field}: {err}") from None
+        raise ConfigError(f"teacher: {err}") from None
+    try:
+        layers = cfg.student.layers(config.num_hidden_layers)
+        check_replace(layers, config.num_hidden_layers)
+    except ValueError as err:
+        raise ConfigError(f"student: {err}") from None
+    try:
+        check_teacher_config(config, layers)  # what only replaced layers need (no attention biases)
+    except ValueError as err:
+        raise ConfigError(f"teacher: {err}") from None
     try:
         spec = get_preset(cfg.student.mixer)
     except (KeyError, ValueError) as err:
