@@ -65,6 +65,7 @@ def run_seeds(name: str, cfg, seeds: list[int], out: str | Path, *, run_seed, su
 
     from assocmem.training.results import current_versions
 
+    current_versions()  # read now: the code this process starts with, whatever is committed while it trains
     out = Path(out)
     threads = torch.get_num_threads()
     if cfg.threads:

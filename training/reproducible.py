@@ -303,3 +303,18 @@ for _name, _lr in (("rl-experiment", None), ("rl-experiment-lr2e-4", "0.0002")):
                      ("SFT", "GRPO", "Dr. GRPO + dapo", "gradient-balanced", "self-distillation")),
         minutes_per_seed=5.5,  # 3 seeds in 16 min with other jobs sharing the 2 cores
     ))
+
+register(Reproducible(
+    name="distill-experiment",
+    description="cross-architecture distillation at toy scale (probes/experiment_distill.py): a 4-layer Llama "
+                "teacher (hidden 64, 4 heads, 2 KV heads) on chain_sum, 25/50/75 % of its layers -> Gated DeltaNet "
+                "and 50 % -> Mamba2 through the four stages; held-out token accuracy per stage vs the same hybrid "
+                "from scratch on the same tokens; graph-tracing energy ratio",
+    command=("probe", "distill-experiment", "--threads", "1", "--seeds", "{seeds}", "--out", "{out}",
+             "--result", "{result}"),
+    seeds=(0, 1, 2),
+    checks=(Check("teacher/accuracy", atol=0.01, at_least=0.9),
+            *(Check(f"{m}/stage4", atol=0.02) for m in ("gdn25", "gdn50", "gdn75", "mamba2_50")),
+            *(Check(f"{m}/scratch", atol=0.1) for m in ("gdn75", "mamba2_50"))),
+    minutes_per_seed=20.0,  # measured with the 2 cores shared (load average 5-7); idle is faster
+))
