@@ -321,6 +321,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False,
     Returns the summary (also written to <run>/summary.json). Resuming a run that has already
     trained all its steps returns its summary and writes nothing.
     """
+    joined = torch.distributed.is_available() and torch.distributed.is_initialized()  # a caller's process group
     info = init_distributed(cfg.train.device)
     threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
     try:
@@ -335,4 +336,5 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False,
         torch.set_num_threads(threads)
         if torch.are_deterministic_algorithms_enabled() != deterministic:
             torch.use_deterministic_algorithms(deterministic)
-        shutdown()
+        if not joined:  # a group the caller made stays up (training/distill runs several stages in one)
+            shutdown()

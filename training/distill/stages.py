@@ -25,7 +25,7 @@ from torch import nn
 from ..checkpoint import latest_checkpoint
 from ..config import ConfigError, ModelConfig, TrainConfig
 from ..data import build_datasets, data_vocab_size
-from ..distributed import barrier, broadcast_object, init_distributed
+from ..distributed import barrier, broadcast_object, init_distributed, shutdown
 from ..loop import Trainer, train
 from ..metrics import evaluate
 from ..model_factory import load_pretrained, pretrained_folder
@@ -234,7 +234,16 @@ def run_distill(cfg: DistillConfig, *, stage: int | None = None, overwrite: bool
         before = cfg.root / f"stage{stages[stages.index(stage) - 1]}"
         if stage_status(before) != "done":
             raise ValueError(f"--stage {stage} starts from {before}/final, which is not finished; run it first")
-    info = init_distributed("auto")  # under torchrun: rank 0 decides, every rank follows
+    info = init_distributed("auto")  # under torchrun: one process group for every stage (train() keeps it)
+    try:
+        return _run_stages(cfg, info, layers, stages, chosen, overwrite)
+    finally:
+        shutdown()
+
+
+def _run_stages(cfg: DistillConfig, info, layers: list[int], stages: list[int], chosen: list[int],
+                overwrite: bool) -> dict[str, dict]:
+    """Rank 0 decides which stages are done; every rank runs the others in order."""
     decided: dict | str | None = None
     if info.is_main:
         try:
