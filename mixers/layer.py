@@ -27,6 +27,7 @@ The generic recurrent ``Mixer`` (FLA/GDN-style layer around the spec's op):
                   optimizer rate='key')
        removal key (remove_replace bias, RWKV-7): κ = L2norm(k ⊙ ξ), ξ [H·K_φ] learned, 1 at init
     5. o, S = lower(spec, form).fn(q, k, v, log_alpha, beta, [removal_key,] scale, initial_state=S)
+       (layer.compile: the chunk form's compiled variant, mixers/ops/compiled.py)
        (layer.normalize: the op runs on [v, 1] and o = num / (den + 1e-10), ops/normalized.py)
     6. o += D·v (layer.d_skip); o = RMSNorm_head(o) [· act(x W_g)]; y = o W_o   (act: layer.output_gate;
        W_a and W_g of rank K with layer.low_rank_gates; Mamba2's order: RMSNorm_group(o · act(x W_g)))
@@ -50,7 +51,7 @@ from .attention import Attention
 from .boundary import check_mixer_input
 from .conv import ShortConv
 from .feature_maps import build_feature_map, feature_width
-from .lower import lower
+from .lower import compilable, lower
 from .norm import rms_norm
 from .sca import SCALayer
 from .spec import MixerSpec
@@ -114,7 +115,7 @@ def _sca(spec: MixerSpec, d_model: int, form: str, layer_idx: int | None) -> nn.
     o, s = spec.layer, spec.layer.sca
     return SCALayer(d_model, o.num_heads, num_query_heads=s.query_heads, num_thetas=spec.memory.points,
                     conv_kernel_size=o.conv_size, expand_factor=s.expand, out_expand_factor=s.out_expand,
-                    maxlen=s.maxlen, form=lower(spec, form).name)
+                    maxlen=s.maxlen, form=lower(spec, form).name, compile=o.compile and compilable(spec, form))
 
 
 def _recurrent(spec: MixerSpec, d_model: int, form: str, layer_idx: int | None) -> nn.Module:
@@ -149,7 +150,7 @@ class Mixer(nn.Module):
         self.spec, self.layer_idx = spec, layer_idx
         self.H, self.Hqk, self.K, self.V = o.num_heads, o.qk_heads, o.head_dim, o.value_dim
         self.K_phi = feature_width(o.feature_map, self.K)  # key width of the memory
-        self.form = lower(spec, form)
+        self.form = lower(spec, form, compile=o.compile and compilable(spec, form))
         self.step_form = lower(spec, "recurrent")
         self.phi_q = build_feature_map(o.feature_map, self.Hqk, self.K)
         self.phi_k = build_feature_map(o.feature_map, self.Hqk, self.K)

@@ -45,6 +45,9 @@ from .references import online_rule
 from .spec import MixerSpec
 
 APPROXIMATE = frozenset({"chunk_approx"})  # never chosen by "auto"
+# forms with a compiled variant, lower(spec, form, compile=True): the same source fused by torch.compile
+# (mixers/ops/compiled.py); the eager form stays the reference. The scan form is compiled already.
+COMPILABLE = frozenset({"chunk", "prefix_sum"})
 
 
 def _derived_step(spec: MixerSpec, compile: bool) -> Callable:
@@ -172,6 +175,7 @@ class Form:
     cls: str
     fn: Callable
     exact: bool
+    compiled: bool = False  # the chunk / prefix_sum form through torch.compile (COMPILABLE)
 
     def __call__(self, *args, **kwargs):
         return self.fn(*args, **kwargs)
@@ -181,8 +185,12 @@ def available_forms(spec: MixerSpec) -> list[str]:
     return list(family_of(spec).forms)
 
 
-def lower(spec: MixerSpec, form: str = "auto") -> Form:
-    """The requested form of ``spec`` ("auto" = the fastest exact one for its class)."""
+def lower(spec: MixerSpec, form: str = "auto", *, compile: bool = False) -> Form:
+    """The requested form of ``spec`` ("auto" = the fastest exact one for its class).
+
+    compile: the form's compiled variant (forms in ``COMPILABLE``: the same group functions fused
+    by torch.compile, mixers/ops/compiled.py; equal to the eager form to rounding).
+    """
     fam = family_of(spec)
     name = fam.forms[0] if form == "auto" else form
     if name not in fam.ops:
@@ -190,7 +198,20 @@ def lower(spec: MixerSpec, form: str = "auto") -> Form:
             f"form {form!r} is not available for {spec.name or 'this spec'}: its class is {fam.cls!r} "
             f"({_why(name)}); available forms: {list(fam.forms)}"
         )
-    return Form(name, fam.cls, _bound(spec, fam, fam.ops[name]), exact=name not in APPROXIMATE)
+    op = fam.ops[name]
+    if compile:
+        if name not in COMPILABLE:
+            raise ValueError(f"compile=True needs a form with a compiled variant ({sorted(COMPILABLE)}), got "
+                             f"{name!r} for {spec.name or 'this spec'}" + (" (the scan form is compiled already)"
+                                                                        if name == "scan" else ""))
+        op = functools.partial(op, compile=True)
+    return Form(name, fam.cls, _bound(spec, fam, op), exact=name not in APPROXIMATE, compiled=compile)
+
+
+def compilable(spec: MixerSpec, form: str = "auto") -> bool:
+    """Whether ``lower(spec, form, compile=True)`` exists (the form it picks is in ``COMPILABLE``)."""
+    fam = family_of(spec)
+    return (fam.forms[0] if form == "auto" else form) in COMPILABLE
 
 
 def hand_written(spec: MixerSpec) -> tuple[str, Callable] | None:

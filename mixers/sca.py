@@ -60,6 +60,7 @@ gated_norm.weight = 1; W_readout ~ N(0, 1/(2H)).
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -133,13 +134,14 @@ class SCALayer(nn.Module):
         out_expand_factor: E = out_expand_factor · H, the per-head GLU width.
         maxlen: the fixed boundary of d(t) = max(maxlen − 1 − t, 0); required.
         form: "prefix_sum" (cumsum) | "masked_matmul" (L×L, short sequences) | "recurrent".
+        compile: run the prefix_sum form through torch.compile (mixers/ops/compiled.py; other forms: refused).
     """
 
     masks_padding = False  # the running sums have no notion of a padded token (models/blocks.run_mixer)
 
     def __init__(self, d_model: int, num_heads: int, *, num_query_heads: int | None = None,
                  num_thetas: int = 2, conv_kernel_size: int = 4, expand_factor: float = 2.0,
-                 out_expand_factor: int = 3, maxlen: int | None, form: str = "prefix_sum"):
+                 out_expand_factor: int = 3, maxlen: int | None, form: str = "prefix_sum", compile: bool = False):
         super().__init__()
         self._check_config(d_model, num_heads, num_query_heads, num_thetas, conv_kernel_size,
                            expand_factor, out_expand_factor, maxlen, form)
@@ -148,6 +150,10 @@ class SCALayer(nn.Module):
         self.d_model, self.num_heads, self.num_query_heads, self.n_rep = d_model, K, Kq, K // Kq
         self.num_thetas, self.head_dim, self.conv_kernel_size = M, H, conv_kernel_size
         self.out_dim, self.maxlen, self.form = out_expand_factor * H, maxlen, form
+        if compile and form != "prefix_sum":
+            raise ValueError(f"compile=True runs the prefix_sum form through torch.compile; form {form!r} has no "
+                             f"compiled variant")
+        self.op = functools.partial(SCA_FORMS[form], compile=True) if compile else SCA_FORMS[form]
         self.num_channels = K * H + K + Kq * H * M * 2  # C
         C, E = self.num_channels, self.out_dim
         self.in_proj = nn.Linear(d_model, C, bias=False)
@@ -317,7 +323,7 @@ class SCALayer(nn.Module):
         state = self.init_state(B, device=x.device, dtype=x.dtype) if state is None else state
         self._check_state(state, B)
         m = self._memory_inputs(x, state)
-        o, (den, num) = SCA_FORMS[self.form](
+        o, (den, num) = self.op(
             m["q_mem"], m["u"], m["k"], beta=m["p"], theta=self.spectral_grid(),
             weights=self.integration_weights(), scale=self.head_dim ** -0.5, den_floor=DEN_FLOOR,
             initial_state=(state.den, state.num), output_final_state=True)  # o: [B, T, K, H, 2]
@@ -337,7 +343,7 @@ class SCALayer(nn.Module):
         theta, w = self.spectral_grid(), self.integration_weights()
         den_t, num_t = spectral_running_state(m["u"], m["k"], beta=m["p"], theta=theta)
         S = num_t / torch.clamp(den_t, min=DEN_FLOOR)[..., None, None, None]  # [B, T, K, H, M, 2]
-        o, _ = SCA_FORMS[self.form](m["q_mem"], m["u"], m["k"], beta=m["p"], theta=theta, weights=w,
+        o, _ = self.op(m["q_mem"], m["u"], m["k"], beta=m["p"], theta=theta, weights=w,
                                     scale=self.head_dim ** -0.5, den_floor=DEN_FLOOR)
         normed, y = self._fuse(o, x)
         w_int = w.reshape(self.num_query_heads, self.n_rep, self.head_dim, self.num_thetas)

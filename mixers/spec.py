@@ -149,6 +149,11 @@ class LayerOptions(BaseModel):
     chunk_size: int | None = Field(
         None, gt=0, description="tokens per chunk of the chunk forms; None → the op's default for its family "
         "(hebbian: min(64, max(16, head_dim)); delta: min(64, max(16, head_dim // 2)), measured on CPU)")
+    compile: bool = Field(
+        False, description="run the chunk form (recurrent mixers) or the prefix_sum form (SCA) through "
+        "torch.compile: the same source fused by inductor, equal to the eager form to rounding "
+        "(mixers/ops/compiled.py); each new (shape, dtype) compiles once, tens of seconds on a CPU. "
+        "Other forms (sdpa, the scan form, compiled already) are unaffected")
     lr_gate: Literal["none", "sigmoid", "dt"] = Field(
         "none", description="β_t: none → 1, sigmoid → σ(x W_b), dt → Mamba2's Δ = softplus(x W + dt_bias)")
     output_norm: Literal["none", "rmsnorm", "gated_rmsnorm", "gate_then_rmsnorm"] = Field(

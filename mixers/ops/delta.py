@@ -32,7 +32,8 @@ Forms, one contract (checked by contract.py):
     q, k: [B, T, H, K]; v: [B, T, H, V]; beta: None (= 1) or [B, T, H];
     log_alpha: None (α = 1) or [B, T, H]; the joint variant and KDA also take [B, T, H, K];
     initial_state: None (zeros) or [B, H, K, V]; scale: K**-0.5 if None;
-    chunk_size: None → ``delta_chunk.default_chunk_size(K)`` (32 at K = 64).
+    chunk_size: None → ``delta_chunk.default_chunk_size(K)`` (32 at K = 64);
+    chunk forms also take compile: bool = False (the same groups fused by torch.compile, ``compiled.py``).
 
 * ``recurrent_*`` loop over time, numbered steps following the equations above.
 * ``chunk_*`` use the WY/UT representation (``delta_chunk.py``).
@@ -161,27 +162,27 @@ def recurrent_delta_rule_joint(q, k, v, *, log_alpha=None, beta=None, scale=None
 # --------------------------------------------------------------------------------------------
 
 def chunk_delta_rule(q, k, v, *, log_alpha=None, beta=None, scale=None,
-                     initial_state=None, output_final_state=False, chunk_size=None):
+                     initial_state=None, output_final_state=False, chunk_size=None, compile=False):
     """Chunkwise DeltaNet / Gated DeltaNet; same semantics as ``recurrent_delta_rule``.
 
     T need not be a multiple of chunk_size (padded internally with α = 1, β = 0).
     """
     x = _prepare("chunk_delta_rule", q, k, v, log_alpha, beta, scale, initial_state, per_key=False)
     C = check_chunk_size("chunk_delta_rule", chunk_size, default_chunk_size(x.q.shape[-1]))
-    return _finish(*_isolated(lambda x: chunk_scalar_decay(x, C), x), q.dtype, output_final_state)
+    return _finish(*_isolated(lambda x: chunk_scalar_decay(x, C, compile=compile), x), q.dtype, output_final_state)
 
 
 def chunk_longhorn(q, k, v, *, log_alpha=None, beta=None, scale=None,
-                   initial_state=None, output_final_state=False, chunk_size=None):
+                   initial_state=None, output_final_state=False, chunk_size=None, compile=False):
     """Chunkwise Longhorn: ``chunk_delta_rule`` with ε_t = β_t / (1 + β_t ‖k_t‖²)."""
     x = _prepare("chunk_longhorn", q, k, v, log_alpha, beta, scale, initial_state, per_key=False)
     C = check_chunk_size("chunk_longhorn", chunk_size, default_chunk_size(x.q.shape[-1]))
-    return _finish(*_isolated(lambda x: chunk_scalar_decay(x, C), _longhorn_step_size(x)), q.dtype,
+    return _finish(*_isolated(lambda x: chunk_scalar_decay(x, C, compile=compile), _longhorn_step_size(x)), q.dtype,
                    output_final_state)
 
 
 def chunk_delta_rule_joint(q, k, v, *, log_alpha=None, beta=None, scale=None,
-                           initial_state=None, output_final_state=False, chunk_size=None):
+                           initial_state=None, output_final_state=False, chunk_size=None, compile=False):
     """Chunkwise joint variant; same semantics as ``recurrent_delta_rule_joint``.
 
     Scalar (or no) decay: ``chunk_scalar_decay`` with the erase reading S_{t−1}; per-key decay:
@@ -190,7 +191,8 @@ def chunk_delta_rule_joint(q, k, v, *, log_alpha=None, beta=None, scale=None,
     x = _prepare("chunk_delta_rule_joint", q, k, v, log_alpha, beta, scale, initial_state, per_key=True)
     C = check_chunk_size("chunk_delta_rule_joint", chunk_size, default_chunk_size(x.q.shape[-1]))
     form = chunk_key_decay if x.log_alpha is not None and x.log_alpha.dim() == 4 else chunk_scalar_decay
-    return _finish(*_isolated(lambda x: form(x, C, erase_reads_decayed=False), x), q.dtype, output_final_state)
+    return _finish(*_isolated(lambda x: form(x, C, erase_reads_decayed=False, compile=compile), x), q.dtype,
+                   output_final_state)
 
 
 # --------------------------------------------------------------------------------------------
@@ -208,9 +210,10 @@ def recurrent_kda(q, k, v, *, log_alpha=None, beta=None, scale=None,
 
 
 def chunk_kda(q, k, v, *, log_alpha=None, beta=None, scale=None,
-              initial_state=None, output_final_state=False, chunk_size=None):
+              initial_state=None, output_final_state=False, chunk_size=None, compile=False):
     """Chunkwise KDA; same semantics as ``recurrent_kda`` (per-key decay: ``chunk_key_decay``)."""
     x = _prepare("chunk_kda", q, k, v, log_alpha, beta, scale, initial_state, per_key=True)
     C = check_chunk_size("chunk_kda", chunk_size, default_chunk_size(x.q.shape[-1]))
     form = chunk_key_decay if x.log_alpha is not None and x.log_alpha.dim() == 4 else chunk_scalar_decay
-    return _finish(*_isolated(lambda x: form(x, C, erase_reads_decayed=True), x), q.dtype, output_final_state)
+    return _finish(*_isolated(lambda x: form(x, C, erase_reads_decayed=True, compile=compile), x), q.dtype,
+                   output_final_state)

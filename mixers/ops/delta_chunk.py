@@ -25,16 +25,16 @@ Scalar decay (one a_t per head) makes the pairwise factors one [C, C] matrix
 D_ts = e^{g_t − g_s} and A = diag(β) (K Kᵀ ⊙ D) (the erase reads the decayed
 state). Work is batched over all chunks of a group (``GROUP_TOKENS`` tokens,
 so the [N, BH, C, ·] intermediates stay cache-sized; the result does not depend
-on the grouping): K Kᵀ, Q Kᵀ, D, the triangular inverse T (``_unit_lower_inverse``:
+on the grouping): K Kᵀ, Q Kᵀ, D, the triangular inverse T (``unit_lower_inverse``:
 16×16 diagonal blocks by torch.linalg.solve_triangular, then block rows by
 batched matmuls) and U, W = T R are all-chunk batched matmuls. Only
-u = U − W S_[n] and (3) run per chunk (``_Carry``, two small matmuls and a scale,
+u = U − W S_[n] and (3) run per chunk (``Carry``, two small matmuls and a scale,
 with a hand-written backward), and (2)'s state term is one batched matmul against
 the stacked chunk-start states afterwards. Without autograd (inference, or inputs
 that do not require grad) the chunked copies are overwritten in place
 (``inplace.py``), the carry keeps the decay folded into W, k and the read, and the
-state term of (2) is read inside the loop from one running state (``_carry_read`` with a
-``_fold_plan``: three small matmuls per chunk, no scale, no stored states), the same
+state term of (2) is read inside the loop from one running state (``carry_read`` with a
+``fold_plan``: three small matmuls per chunk, no scale, no stored states), the same
 values to rounding.
 
 Numerics (log_alpha ≤ 0): log α is first raised to the dtype's underflow floor
@@ -58,12 +58,11 @@ columns before it) factorises through the boundary r_j = G at the last token of
 sub-chunk j − 1: (x_t e^{E_t − r_j}) · (k_s e^{r_j − G_s}), both exponents ≤ 0.
 Memory is O(T·(C/s + s)·K) per head for the pairwise terms; no [T, T] tensor.
 The folded carry divides by the decay within a segment of chunks whose decay
-stays above e^{−limit} (``_fold_plan``), so its factors stay within e^{±2·limit}.
+stays above e^{−limit} (``fold_plan``), so its factors stay within e^{±2·limit}.
 """
 from __future__ import annotations
 
 import functools
-import math
 from typing import NamedTuple
 
 import torch
@@ -71,16 +70,18 @@ import torch.nn.functional as F
 
 from . import groups
 from .chunking import chunks
-from .contract import autocast_off
+from .compiled import island
 from .decay import floor_log_decay, segment_sums
+from .delta_carry import Carry, UnitLowerSolve, carry_read, fold_plan
 from .inplace import records_grad, scaled
 
 __all__ = ["DeltaInputs", "chunk_scalar_decay", "chunk_key_decay", "chunk_low_rank", "default_chunk_size"]
 
-_BASE_BLOCK = 16  # triangular inverse: diagonal blocks inverted by torch.linalg.solve_triangular
 # tokens per group of chunks (groups.py); the [N, BH, C, C] and C³ terms here are smaller per token than
 # the hebbian form's, and 2048 measured fastest at T = 2048 and 8192 (K = 64, C = 32; 1024: 5-25 % slower)
 GROUP_TOKENS = 2048
+# the autograd Functions run eagerly inside a compiled form (compiled.py: their in-place loops would be traced as copies)
+_solve, _carry = island(UnitLowerSolve.apply), island(Carry.apply)
 _SUB_CHUNK = 16  # per-key decay: largest sub-chunk (a divisor of chunk_size) with explicit [s, s, K] decays
 
 
@@ -113,220 +114,22 @@ def _group_out(o: torch.Tensor, B: int) -> torch.Tensor:
     return o.view(N, B, BH // B, C, V).permute(1, 0, 3, 2, 4)
 
 
-def _diag_block_inverses(A: torch.Tensor, b: int) -> torch.Tensor:
-    """Inverses of the b×b diagonal blocks of I + strictly_lower(A) [..., n*b, n*b] -> [..., n, b, b]."""
-    *lead, C, _ = A.shape
-    n = C // b
-    blocks = torch.diagonal(A.view(*lead, n, b, n, b), dim1=-4, dim2=-2).movedim(-1, -3)  # (..., n, b, b)
-    eye = torch.eye(b, dtype=A.dtype, device=A.device)
-    return torch.linalg.solve_triangular(blocks, eye.expand_as(blocks), upper=False, unitriangular=True)
-
-
-def _unit_lower_inverse(A: torch.Tensor) -> torch.Tensor:
-    """T = (I + strictly_lower(A))⁻¹ for A [..., C, C] (no autograd), by blocks of b = min(16, C) rows.
-
-    1. The b×b diagonal blocks T_II are inverted with torch.linalg.solve_triangular, all at once.
-    2. Block rows, left-looking: T_{I,<I} = −T_II (L_{I,<I} T_{<I,<I}) (two batched matmuls each).
-    C is padded to a multiple of b with zero rows (the padded system is block diagonal).
-    """
-    C = A.shape[-1]
-    b = min(_BASE_BLOCK, C)
-    pad = -C % b
-    if pad:
-        A = F.pad(A, (0, pad, 0, pad))  # (..., n*b, n*b)
-    Tb = _diag_block_inverses(A, b)  # (..., n, b, b)
-    T = torch.empty_like(A)  # every entry written below: the upper block triangle is set to 0
-    for I in range(Tb.shape[-3]):
-        rows, left = slice(I * b, (I + 1) * b), slice(0, I * b)
-        if I:
-            T[..., rows, left] = -(Tb[..., I, :, :] @ (A[..., rows, left] @ T[..., left, left]))
-        T[..., rows, rows] = Tb[..., I, :, :]
-        T[..., rows, (I + 1) * b:] = 0
-    return T[..., :C, :C]
-
-
-class _UnitLowerSolve(torch.autograd.Function):
-    """[X₁, X₂] = (I + strictly_lower(A))⁻¹ [R₁, R₂] (the UT transform, eq. 1), for all chunks at once.
-
-    Forward: T = ``_unit_lower_inverse(A)``, Xᵢ = T Rᵢ (batched matmuls). Backward:
-    dRᵢ = Tᵀ dXᵢ and dA = −strictly_lower(Σᵢ dRᵢ Xᵢᵀ) (from dX = −T dA X).
-    A: [N, BH, C, C] (diagonal and upper triangle ignored); Rᵢ: [N, BH, C, Mᵢ].
-    """
-
-    @staticmethod
-    def forward(ctx, A, R1, R2):
-        T = _unit_lower_inverse(A)  # (N, BH, C, C)
-        X1, X2 = T @ R1, T @ R2  # (N, BH, C, M₁), (N, BH, C, M₂)
-        ctx.save_for_backward(T, X1, X2)
-        return X1, X2
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    @autocast_off
-    def backward(ctx, dX1, dX2):
-        T, X1, X2 = ctx.saved_tensors
-        dR1, dR2 = T.mT @ dX1, T.mT @ dX2  # (N, BH, C, M₁), (N, BH, C, M₂)
-        dA = (dR1 @ X1.mT).flatten(0, 1).baddbmm_(dR2.flatten(0, 1), X2.flatten(0, 1).mT)  # (N*BH, C, C)
-        return dA.view(T.shape).tril(-1).neg_(), dR1, dR2
-
-
-class _FoldPlan(NamedTuple):
-    """How ``_carry_read`` applies the per-chunk decay (see there). d_in, d_out: [N, BH]."""
-    d_in: torch.Tensor      # log D at each chunk's start, relative to its segment's start (≤ 0)
-    d_out: torch.Tensor     # log D after the chunk (d_in + c_n), 0 for explicit chunks
-    explicit: list[bool]    # chunk decays its state with a multiply (its own decay is below −limit)
-    rescale: list[bool]     # multiply the state after the chunk by e^{d_out}: a segment ends there
-
-
-def _fold_plan(c: torch.Tensor) -> _FoldPlan:
-    """Split the chunks into segments over which the decay can be folded, from c [N, BH], the
-    log decay of each chunk (limit = log(dtype max) / 4: 22 in float32, 177 in float64).
-
-    1. A chunk whose strongest decay (over heads) is below −limit is explicit: a segment of
-       its own, decayed by a multiply.
-    2. Other chunks join the current segment while the sum of their strongest decays stays
-       ≥ −limit; that sum bounds every head's own log decay over the segment from below, so
-       each head's factors stay within e^{±2·limit}.
-    3. Each head's log decay since its segment's start, from float64 prefix sums over the chunks.
-    """
-    limit = math.log(torch.finfo(c.dtype).max) / 4
-    N = c.shape[0]
-    worst = c.amin(1).tolist()  # (N,) the strongest decay of each chunk over the heads
-    explicit = [w < -limit for w in worst]
-    first, rescale = [0] * N, [False] * N  # the first chunk of each chunk's segment; segment ends
-    cur = 0.0
-    for n, w in enumerate(worst):
-        if explicit[n] or n == 0 or explicit[n - 1] or cur + w < -limit:  # a new segment starts at n
-            first[n], cur = n, 0.0
-            if n:
-                rescale[n - 1] = not explicit[n - 1]
-        else:
-            first[n] = first[n - 1]
-        cur += w
-    rescale[N - 1] = not explicit[N - 1]
-    # prefix sums from the group's start to each chunk's start (index n) and end (n + 1); a chunk's
-    # values depend on the chunks up to it only, so outputs stay causal bit for bit
-    sums = F.pad(c.to(torch.float64).cumsum(0), (0, 0, 1, 0))  # (N + 1, BH)
-    before = sums[torch.tensor(first, device=c.device)]  # (N, BH): ... to the segment's start
-    keep = torch.tensor([not e for e in explicit], dtype=sums.dtype, device=c.device)[:, None]
-    d_in, d_out = (sums[:-1] - before) * keep, (sums[1:] - before) * keep  # (N, BH)
-    return _FoldPlan(d_in.to(c.dtype), d_out.to(c.dtype), explicit, rescale)
-
-
-def _carry(u, W, k, a, S0):
-    """The forward loop of ``_Carry`` on plain tensors: overwrites u (holding U) with u = U − W S.
-
-    a: None (no decay) or [N, BH, 1 or K, 1]. Each chunk steps as u_n = U_n − W_n S_n,
-    S_{n+1} = a_n S_n + k_nᵀ u_n (per-chunk views from one ``unbind`` each).
-    Returns the states [N + 1, BH, K, V] (chunk starts, then S_N) and u.
-    """
-    N = u.shape[0]
-    Z = S0.new_empty(N + 1, *S0.shape)  # (N+1, BH, K, V)
-    Z[0] = S0
-    Zs, us, Ws, ks = Z.unbind(0), u.unbind(0), W.unbind(0), k.mT.unbind(0)
-    as_ = (None,) * N if a is None else a.unbind(0)
-    for n in range(N):
-        us[n].baddbmm_(Ws[n], Zs[n], alpha=-1)  # u_n = U_n − W_n S_n
-        if as_[n] is None:
-            torch.baddbmm(Zs[n], ks[n], us[n], out=Zs[n + 1])
-        else:
-            torch.mul(Zs[n], as_[n], out=Zs[n + 1])
-            Zs[n + 1].baddbmm_(ks[n], us[n])  # S_{n+1} = a_n S_n + k_nᵀ u_n
-    return Z, u
-
-
-def _carry_read(u, W, k, q, P, a, S0, plan: _FoldPlan | None = None):
-    """The carry and the read (eqs. 1-3) without autograd: one running state, no stored states.
-
-    u (holding U; overwritten with u), W, k: as in ``_Carry``; q: [N, BH, C, K] the read's
-    scale e^{g} ⊙ Q; P: [N, BH, C, C] the causal intra-chunk weights; a: None or [N, BH, 1, 1].
-    Per chunk: u_n = U_n − W_n S_n, the state read o_n = q_n S_n, then S_{n+1} = a_n S_n + k_nᵀ u_n
-    (three small products; the intra-chunk read P u is batched afterwards).
-
-    With a plan (``_fold_plan``) the state is kept as Z_n = S_n / D_n, D_n the decay since the
-    start of the chunk's segment; the caller has folded D_n into W_n and q_n, and 1 / D_{n+1}
-    into k_n, so a chunk in a segment steps as u_n = U_n − W_n Z_n, Z_{n+1} = Z_n + k_nᵀ u_n
-    (no multiply); Z is multiplied by D at a segment's end (back to S), explicit chunks step
-    as above. Returns o [N, BH, C, V] and the final state [BH, K, V].
-    """
-    N = u.shape[0]
-    Z = S0.clone(memory_format=torch.contiguous_format)  # (BH, K, V), the caller's state is kept
-    o = torch.empty_like(u)  # (N, BH, C, V)
-    us, Ws, ks, qs, os_ = u.unbind(0), W.unbind(0), k.mT.unbind(0), q.unbind(0), o.unbind(0)
-    as_ = (None,) * N if a is None else a.unbind(0)
-    explicit = [x is not None for x in as_] if plan is None else plan.explicit
-    D_end = None if plan is None else plan.d_out.exp()[..., None, None].unbind(0)  # (BH, 1, 1) each
-    for n in range(N):
-        us[n].baddbmm_(Ws[n], Z, alpha=-1)  # u_n = U_n − W_n Z_n
-        torch.bmm(qs[n], Z, out=os_[n])  # the state read q_n Z_n (eq. 2)
-        if explicit[n]:
-            Z.mul_(as_[n])
-        Z.baddbmm_(ks[n], us[n])  # Z_{n+1} = (a_n) Z_n + k_nᵀ u_n
-        if plan is not None and plan.rescale[n]:
-            Z.mul_(D_end[n])
-    o.flatten(0, 1).baddbmm_(P.flatten(0, 1), u.flatten(0, 1))  # + P u (eq. 2)
-    return o, Z
-
-
-class _Carry(torch.autograd.Function):
-    """Sequential part over chunks n = 0 … N−1 (eqs. 1, 3), with a hand-written backward:
-
-        u_n = U_n − W_n S_[n],    S_[n+1] = a_n ⊙ S_[n] + k_nᵀ u_n.
-
-    U: [N, BH, C, V]; W, k (= e^{G_C − G} ⊙ K): [N, BH, C, K]; a: None, [N, BH, 1, 1] or [N, BH, K, 1];
-    S0: [BH, K, V]. Returns the chunk-start states [N, BH, K, V], u [N, BH, C, V] and S_[N] [BH, K, V].
-    Only the recurrence runs per chunk (two small matmuls); the weight gradients are batched afterwards.
-    """
-
-    @staticmethod
-    def forward(ctx, U, W, k, a, S0):
-        starts, u = _carry(U.clone(memory_format=torch.contiguous_format), W, k, a, S0)
-        ctx.save_for_backward(W, k, a, starts, u)
-        N = u.shape[0]
-        return starts[:N], u, starts[N]
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    @autocast_off
-    def backward(ctx, d_starts, d_u, d_final):
-        W, k, a, starts, u = ctx.saved_tensors
-        N = u.shape[0]
-        dS = torch.empty_like(starts)  # dS[n] = ∂L/∂S_n, n = 0 … N
-        dS[:N], dS[N] = d_starts, d_final
-        du = d_u.clone(memory_format=torch.contiguous_format)  # total ∂L/∂u_n (through the output and the state)
-        dSs, dus, Ws, ks = dS.unbind(0), du.unbind(0), W.mT.unbind(0), k.unbind(0)  # per-chunk views
-        as_ = (None,) * N if a is None else a.unbind(0)
-        for n in reversed(range(N)):
-            dus[n].baddbmm_(ks[n], dSs[n + 1])  # du_n += k_n dS_{n+1}
-            if as_[n] is None:
-                dSs[n].add_(dSs[n + 1])
-            else:
-                dSs[n].addcmul_(dSs[n + 1], as_[n])
-            dSs[n].baddbmm_(Ws[n], dus[n], alpha=-1)  # dS_n = a_n dS_{n+1} + ∂o/∂S_n − W_nᵀ du_n
-        S, dS_next = starts[:N], dS[1:]  # (N, BH, K, V): S_n and ∂L/∂S_{n+1}
-        dW = (du @ S.mT).neg_()  # (N, BH, C, K)
-        dk = u @ dS_next.mT  # (N, BH, C, K)
-        da = None
-        if a is not None:
-            da = (S * dS_next).sum(-1, keepdim=True)  # (N, BH, K, 1)
-            da = da if a.shape[-2] > 1 else da.sum(-2, keepdim=True)  # (N, BH, 1, 1) for a scalar decay
-        return du, dW, dk, da, dS[0]
-
-
-def _over_groups(group_fn, x: DeltaInputs, C: int):
+def _over_groups(group_fn, x: DeltaInputs, C: int, compile: bool):
     """Run ``group_fn`` over groups of whole chunks (``groups.over_groups``), carrying S [BH, K, V].
 
+    compile: each group through ``compiled.compiled`` (the same function, fused by torch.compile).
     Returns o [B, T, H, V] and the final state [B, H, K, V].
     """
     B, T, H, K = x.q.shape
     step = groups.group_step(C, GROUP_TOKENS)
-    fn = lambda q_g, k_g, v_g, la_g, beta_g, S: group_fn(q_g, k_g, v_g, la_g, beta_g, S, x.scale, C)  # noqa: E731
+    fn = functools.partial(group_fn, scale=x.scale, C=C)
     out = x.v.new_empty(B, T, H, x.v.shape[-1])
-    o, S = groups.over_groups(fn, (x.q, x.k, x.v, x.log_alpha, x.beta), x.state.reshape(B * H, K, -1), step, out)
+    o, S = groups.over_groups(fn, (x.q, x.k, x.v, x.log_alpha, x.beta), x.state.reshape(B * H, K, -1), step, out,
+                              compile=compile, chunk_size=C)
     return o, S.reshape(B, H, K, -1)
 
 
-def chunk_scalar_decay(x: DeltaInputs, C: int, *, erase_reads_decayed: bool = True):
+def chunk_scalar_decay(x: DeltaInputs, C: int, *, erase_reads_decayed: bool = True, compile: bool = False):
     """Delta rule with scalar (or no) decay, chunkwise (eqs. 1-3): S_t = α_t S_{t−1} + k_t u_tᵀ.
 
     erase_reads_decayed=True: Gated DeltaNet, u_t = β_t (v_t − (α_t S_{t−1})ᵀ k_t), i.e.
@@ -335,11 +138,12 @@ def chunk_scalar_decay(x: DeltaInputs, C: int, *, erase_reads_decayed: bool = Tr
     x: q, k [B, T, H, K]; v [B, T, H, V]; log_alpha None or [B, T, H]; beta [B, T, H]; state
     [B, H, K, V]; o_t = S_tᵀ (scale · q_t). Returns o [B, T, H, V] and the final state [B, H, K, V].
     log_alpha is raised to the dtype's underflow floor (``decay.floor_log_decay``: same α, finite
-    exponents). When no gradient is recorded the chunked copies are overwritten in place (same values).
+    exponents). When no gradient is recorded the chunked copies are overwritten in place (same values),
+    except when compiled (``compiled.py``: inductor plans the buffers).
     """
-    in_place = not records_grad(x.q, x.k, x.v, x.log_alpha, x.beta, x.state)
+    in_place = not compile and not records_grad(x.q, x.k, x.v, x.log_alpha, x.beta, x.state)
     group = functools.partial(_scalar_decay_group, in_place=in_place, erase_reads_decayed=erase_reads_decayed)
-    return _over_groups(group, x._replace(log_alpha=floor_log_decay(x.log_alpha)), C)
+    return _over_groups(group, x._replace(log_alpha=floor_log_decay(x.log_alpha)), C, compile)
 
 
 def _erase_decay(A: torch.Tensor, D: torch.Tensor, in_place: bool, erase_reads_decayed: bool) -> torch.Tensor:
@@ -382,8 +186,8 @@ def _scalar_decay_group(q, k, v, log_alpha, beta, S, scale: float, C: int, *, in
         del D  # every [N, BH, ·, ·] intermediate is dropped as soon as it is used up (a smaller heap to fault in)
         g_end = g[..., -1:, :]  # (N, BH, 1, 1) log decay of the whole chunk
         a = g_end.exp().to(q.dtype)  # (N, BH, 1, 1)
-        # without autograd the carry keeps S / D (``_carry_read`` with a plan): D_n in e^{g}, 1 / D_{n+1} in e^{g_C − g}
-        plan = _fold_plan(g_end[:, :, 0, 0].to(q.dtype)) if in_place else None
+        # without autograd the carry keeps S / D (``carry_read`` with a plan): D_n in e^{g}, 1 / D_{n+1} in e^{g_C − g}
+        plan = fold_plan(g_end[:, :, 0, 0].to(q.dtype)) if in_place else None
         d_in, d_out = (0.0, 0.0) if plan is None else (plan.d_in[..., None, None], plan.d_out[..., None, None])
         E = g if erase_reads_decayed else F.pad(g[..., :-1, :], (0, 0, 1, 0))  # decay the erase sees: g_t or g_{t−1}
         k_beta = scaled(k_beta, (E + d_in).exp().to(q.dtype), in_place)  # β e^{E} ⊙ K
@@ -391,13 +195,13 @@ def _scalar_decay_group(q, k, v, log_alpha, beta, S, scale: float, C: int, *, in
         k = scaled(k, (g_end - g - d_out).exp().to(q.dtype), in_place)  # e^{g_C − g} ⊙ K: the state write
     P = P.tril_() if in_place else P.tril()  # causal (in place on a view would record CopySlices)
     # 1. UT transform, all chunks at once: [U | W] = T [β ⊙ V | β e^{E} ⊙ K]
-    U, W = _UnitLowerSolve.apply(A, scaled(v, beta, in_place), k_beta)  # (N, BH, C, V), (N, BH, C, K)
+    U, W = _solve(A, scaled(v, beta, in_place), k_beta)  # (N, BH, C, V), (N, BH, C, K)
     del A, v, k_beta
     # 2. sequential over chunks: u = U − W S_[n], the state carry (eq. 3) and 3. the read (eq. 2)
     if in_place:
-        o, S = _carry_read(U, W, k, q, P, a, S, plan)  # (N, BH, C, V), u overwrites U
+        o, S = carry_read(U, W, k, q, P, a, S, plan)  # (N, BH, C, V), u overwrites U
     else:
-        starts, u, S = _Carry.apply(U, W, k, a, S)
+        starts, u, S = _carry(U, W, k, a, S)
         o = torch.baddbmm((P @ u).flatten(0, 1), q.flatten(0, 1), starts.flatten(0, 1)).view(u.shape)  # (N, BH, C, V)
     return _group_out(o, B), S
 
@@ -432,7 +236,7 @@ def _sub_chunk(C: int) -> int:
     return max(d for d in range(1, min(C, _SUB_CHUNK) + 1) if C % d == 0)
 
 
-def chunk_key_decay(x: DeltaInputs, C: int, *, erase_reads_decayed: bool):
+def chunk_key_decay(x: DeltaInputs, C: int, *, erase_reads_decayed: bool, compile: bool = False):
     """Delta rule with per-key decay S_t = diag(a_t) S_{t−1} + k_t u_tᵀ, chunkwise (eqs. 1-3).
 
     erase_reads_decayed=False: the joint variant, u_t = β_t (v_t − S_{t−1}ᵀ k_t), i.e.
@@ -441,7 +245,7 @@ def chunk_key_decay(x: DeltaInputs, C: int, *, erase_reads_decayed: bool):
     Returns o [B, T, H, V] and the final state [B, H, K, V].
     """
     group = functools.partial(_key_decay_group, erase_reads_decayed=erase_reads_decayed)
-    return _over_groups(group, x._replace(log_alpha=floor_log_decay(x.log_alpha)), C)
+    return _over_groups(group, x._replace(log_alpha=floor_log_decay(x.log_alpha)), C, compile)
 
 
 def _key_decay_group(q, k, v, log_alpha, beta, S, scale: float, C: int, *, erase_reads_decayed: bool):
@@ -455,20 +259,20 @@ def _key_decay_group(q, k, v, log_alpha, beta, S, scale: float, C: int, *, erase
     s = _sub_chunk(C)
     # 1. UT transform: A_ts = β_t Σ k_t k_s e^{E_t − G_s} (s < t), erase keys e^{E} ⊙ K
     A = _pairwise(k, E, k, G, s, strict=True) * beta  # (N, BH, C, C)
-    U, W = _UnitLowerSolve.apply(A, v * beta, k * (beta * E.exp()))  # (N, BH, C, V), (N, BH, C, K)
+    U, W = _solve(A, v * beta, k * (beta * E.exp()))  # (N, BH, C, V), (N, BH, C, K)
     # 2. intra-chunk read weights P_ts = Σ q_t k_s e^{G_t − G_s} (s ≤ t)
     P = _pairwise(q, G, k, G, s, strict=False)  # (N, BH, C, C)
     # 3. sequential over chunks
     q_in = q * G.exp()  # (N, BH, C, K)
     k_out = k * (G[..., -1:, :] - G).exp()  # (N, BH, C, K)
     a = G[..., -1, :].exp()[..., None]  # (N, BH, K, 1)
-    starts, u, S = _Carry.apply(U, W, k_out, a, S)
+    starts, u, S = _carry(U, W, k_out, a, S)
     # 4. read (eq. 2)
     o = q_in @ starts + P @ u  # (N, BH, C, V)
     return _group_out(o, B), S
 
 
-def chunk_low_rank(q, k, v, log_alpha, beta, kappa, state, scale: float, C: int):
+def chunk_low_rank(q, k, v, log_alpha, beta, kappa, state, scale: float, C: int, compile: bool = False):
     """Diagonal plus low rank (RWKV-7) chunkwise: S_t = diag(a_t) S_{t−1} + x_t v_tᵀ + y_t e_tᵀ with the
     write x_t = β_t ⊙ k_t, the erase y_t = β_t ⊙ κ_t and its values e_t = −S_{t−1}ᵀ κ_t.
 
@@ -479,11 +283,10 @@ def chunk_low_rank(q, k, v, log_alpha, beta, kappa, state, scale: float, C: int)
     q, k, log_alpha, beta, kappa: [B, T, H, K]; v: [B, T, H, V]; state: [B, H, K, V].
     """
     B, T, H, K = q.shape
-    fn = lambda q_g, k_g, v_g, la_g, b_g, kap_g, S: _low_rank_group(  # noqa: E731
-        q_g, k_g, v_g, la_g, b_g, kap_g, S, scale, C)
+    fn = functools.partial(_low_rank_group, scale=scale, C=C)
     out = v.new_empty(B, T, H, v.shape[-1])
     o, S = groups.over_groups(fn, (q, k, v, floor_log_decay(log_alpha), beta, kappa), state.reshape(B * H, K, -1),
-                              groups.group_step(C, GROUP_TOKENS), out)
+                              groups.group_step(C, GROUP_TOKENS), out, compile=compile, chunk_size=C)
     return o, S.reshape(B, H, K, -1)
 
 
@@ -498,12 +301,12 @@ def _low_rank_group(q, k, v, log_alpha, beta, kappa, S, scale: float, C: int):
     s = _sub_chunk(C)
     # 1. the erase values e = U_e − W_e S_[n] (eq. 1')
     A_yy, A_yx = _pairwise(kappa, E, y, G, s, strict=True), _pairwise(kappa, E, x, G, s, strict=True)
-    U_e, W_e = _UnitLowerSolve.apply(A_yy, -(A_yx @ v), kappa * E.exp())  # (N, BH, C, V), (N, BH, C, K)
+    U_e, W_e = _solve(A_yy, -(A_yx @ v), kappa * E.exp())  # (N, BH, C, V), (N, BH, C, K)
     # 2. carry the 2C writes [x; y] with values [v; e] over the chunks (eq. 3)
     out_decay = (G[..., -1:, :] - G).exp()  # (N, BH, C, K)
     U = torch.cat((v, U_e), dim=-2)  # (N, BH, 2C, V)
     W = torch.cat((torch.zeros_like(W_e), W_e), dim=-2)  # (N, BH, 2C, K)
-    starts, u, S = _Carry.apply(U, W, torch.cat((x * out_decay, y * out_decay), dim=-2), G[..., -1, :].exp()[..., None], S)
+    starts, u, S = _carry(U, W, torch.cat((x * out_decay, y * out_decay), dim=-2), G[..., -1, :].exp()[..., None], S)
     # 3. read (eq. 2): the chunk-start state and the writes up to t
     P = torch.cat((_pairwise(q, G, x, G, s, strict=False), _pairwise(q, G, y, G, s, strict=False)), dim=-1)
     o = (q * G.exp()) @ starts + P @ u  # (N, BH, C, V)

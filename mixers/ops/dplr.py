@@ -82,12 +82,13 @@ def recurrent_dplr(q, k, v, *, removal_key=None, log_alpha=None, beta=None, scal
 
 
 def chunk_dplr(q, k, v, *, removal_key=None, log_alpha=None, beta=None, scale=None,
-               initial_state=None, output_final_state=False, chunk_size=None):
+               initial_state=None, output_final_state=False, chunk_size=None, compile=False):
     """Chunkwise diagonal plus low rank; same semantics as ``recurrent_dplr``.
 
     T need not be a multiple of chunk_size (padded with β = 0, α = 1). chunk_size None →
     ``delta_chunk.default_chunk_size(K)``. A non-finite input at position p never reaches o_{<p}
-    (``isolation.py``); an empty batch (B = 0) gives empty outputs.
+    (``isolation.py``); an empty batch (B = 0) gives empty outputs. compile: the same groups fused by
+    torch.compile (``compiled.py``).
     """
     dtype = q.dtype
     q, k, v, kappa, la, beta, S0, scale = _prepare("chunk_dplr", q, k, v, removal_key, log_alpha, beta, scale,
@@ -95,9 +96,9 @@ def chunk_dplr(q, k, v, *, removal_key=None, log_alpha=None, beta=None, scale=No
     C = check_chunk_size("chunk_dplr", chunk_size, default_chunk_size(q.shape[-1]))
     if q.shape[0] == 0:
         return v.new_empty(v.shape).to(dtype), (S0 if output_final_state else None)
-    o, S = chunk_low_rank(q, k, v, la, beta, kappa, S0, scale, C)
+    o, S = chunk_low_rank(q, k, v, la, beta, kappa, S0, scale, C, compile)
     if spread_possible(S) and not spread_possible(S0):  # a non-finite input stays out of earlier outputs
         p = first_non_finite(q, k, v, kappa, la, beta)
         o = keep_finite_prefix(o, p, lambda p: chunk_low_rank(*(x[:, :p] for x in (q, k, v, la, beta, kappa)),
-                                                              S0, scale, C)[0])
+                                                              S0, scale, C, compile)[0])
     return o.to(dtype), (S if output_final_state else None)

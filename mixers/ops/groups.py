@@ -18,6 +18,9 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 import torch
+import torch.nn.functional as F
+
+from .compiled import compiled, mark_time_dynamic
 
 __all__ = ["GROUP_TOKENS", "group_step", "over_groups", "unchunk_group", "write_chunks"]
 
@@ -31,7 +34,7 @@ def group_step(chunk_size: int, tokens: int | None = None) -> int:
 
 
 def over_groups(group_fn: Callable, xs: tuple[Optional[torch.Tensor], ...], state, step: int,
-                out: torch.Tensor):
+                out: torch.Tensor, *, compile: bool = False, chunk_size: int = 1):
     """Apply ``group_fn(*xs_g, state) -> (o_g, state)`` to consecutive groups of ``step`` tokens.
 
     xs: tensors [B, T, ...] (time on dim 1) or None (passed through as None for every group);
@@ -46,7 +49,11 @@ def over_groups(group_fn: Callable, xs: tuple[Optional[torch.Tensor], ...], stat
        one tensor would record one CopySlices node per group, whose backward clones the whole
        output gradient: quadratic in T (fwd+bwd per token doubled from 16k to 64k tokens).
     The inputs are cut with ``split`` (views), whose backward concatenates the gradients once.
+    compile: each group runs through ``compiled(group_fn)`` (``compiled.py``), its time axis dynamic and
+    zero-padded to a multiple of ``chunk_size`` (``pad_time``: one graph whether or not T divides C).
     """
+    if compile:
+        group_fn = compiled(group_fn)
     T = out.shape[1]
     n = -(-T // step)
     parts = [x.split(step, dim=1) if x is not None else (None,) * n for x in xs]
@@ -54,6 +61,9 @@ def over_groups(group_fn: Callable, xs: tuple[Optional[torch.Tensor], ...], stat
         t is not None and t.requires_grad for t in (*xs, *(state if isinstance(state, tuple) else (state,))))
     outs = []
     for i, group in enumerate(zip(*parts)):
+        if compile:
+            group = pad_time(group, chunk_size)
+            mark_time_dynamic(*group)
         o, state = group_fn(*group, state)
         t = min(step, T - i * step)
         if grad:
@@ -61,6 +71,15 @@ def over_groups(group_fn: Callable, xs: tuple[Optional[torch.Tensor], ...], stat
         else:
             write_chunks(out.narrow(1, i * step, t), o)
     return (torch.cat(outs, dim=1) if len(outs) > 1 else outs[0]) if grad else out, state
+
+
+def pad_time(xs: tuple[Optional[torch.Tensor], ...], multiple: int) -> tuple[Optional[torch.Tensor], ...]:
+    """Tensors [B, t, ...] zero-padded on the time axis to a multiple of ``multiple`` (None kept), always
+    as fresh contiguous tensors (a compiled graph guards on strides: a view in, another graph). Zero
+    padding writes nothing (k = v = 0, β = 0, log α = 0: ``chunking.py``)."""
+    t = next(x.shape[1] for x in xs if x is not None)
+    pad = -t % multiple
+    return tuple(None if x is None else F.pad(x, (0, 0) * (x.dim() - 2) + (0, pad)) for x in xs)
 
 
 def unchunk_group(o: torch.Tensor, t: int) -> torch.Tensor:

@@ -70,6 +70,7 @@ from torch.autograd.function import once_differentiable
 
 from . import groups
 from .chunking import chunks
+from .compiled import island
 from .contract import autocast_off, check_chunk_size, check_matrix_inputs
 from .decay import floor_log_decay, segment_sums
 from .inplace import records_grad, scaled
@@ -241,6 +242,10 @@ class _CarryStates(torch.autograd.Function):
         return dS, dU, da
 
 
+# runs eagerly inside a compiled form (compiled.py: its in-place loop would be traced as copies of the states)
+_carry_states = island(_CarryStates.apply)
+
+
 def _weighted_keys(k, beta, w=None):
     """β ⊙ w ⊙ k as a contiguous [N, B, H, C, K] tensor, reading the strided view k once.
 
@@ -253,25 +258,27 @@ def _weighted_keys(k, beta, w=None):
     return factor * k
 
 
-def _chunks_forward(q, k, v, beta, la, S0, scale, in_place=False):
+def _chunks_forward(q, k, v, beta, la, S0, scale, in_place=False, factorize: bool | None = None):
     """Outputs [N, B, H, C, V] and final state [B, H, K, V] from chunked inputs (``chunking.py``).
 
     q, k: [N, B, H, C, K] strided views (read once by the first product that uses them); v:
     [N, B, H, C, V]; beta: None or [N, B, H, C, 1]; la: None, [N, B, H, C] or [N, B, H, C, K], the
     log decay per token; S0: [B, H, K, V]. β scales k: β_t k_t v_tᵀ = (β_t k_t) v_tᵀ. in_place:
-    no autograd, so fresh intermediates are overwritten (``inplace.py``).
+    no autograd, so fresh intermediates are overwritten (``inplace.py``). factorize: None chooses the
+    intra-chunk path from the decay's size (``_factorizable``); False always takes the explicit one
+    (the compiled form: no data-dependent branch in the graph).
     """
     bk = functools.partial(_weighted_keys, k, beta)
     if la is None:
         q, k = q.contiguous(), bk(None)
         U = _bmm(k.transpose(-1, -2), v)  # (N, B, H, K, V): U_n = K_nᵀ V_n (eq. A.6)
-        states, S = _CarryStates.apply(S0, U, None)  # (N, B, H, K, V)
+        states, S = _carry_states(S0, U, None)  # (N, B, H, K, V)
         return _bmm(q, states, alpha=scale, add=_intra_scalar(q, k, v, None, scale), in_place=in_place), S
     per_key = la.dim() == 5
     g = la.cumsum(dim=3)  # (N, B, H, C[, K]): cumulative log decay from the chunk start
     gk = g if per_key else g[..., None]  # (N, B, H, C, K or 1)
     g_end = gk[..., -1:, :]  # (N, B, H, 1, K or 1): decay over the whole chunk
-    if _factorizable(g):  # e^{g_i − g_j} = e^{g_i} · e^{−g_j}, all factors well inside the range
+    if factorize is None and _factorizable(g):  # e^{g_i − g_j} = e^{g_i} · e^{−g_j}, all factors well inside the range
         q_g = gk.exp() * q  # (N, B, H, C, K): queries decayed from the chunk start
         A = _bmm(q_g, bk((-gk).exp()).transpose(-1, -2), alpha=scale)  # (N, B, H, C, C)
         intra = _bmm(_causal(A, in_place), v)
@@ -289,7 +296,7 @@ def _chunks_forward(q, k, v, beta, la, S0, scale, in_place=False):
             del d  # the [C, C] weights are used up: a smaller heap to fault back in on the next call
         U = _bmm((kc * e_suffix).transpose(-1, -2), v)  # (N, B, H, K, V)
         del kc, e_suffix
-    states, S = _CarryStates.apply(S0, U, g_end.transpose(-1, -2).exp())  # a_n: (N, B, H, K or 1, 1)
+    states, S = _carry_states(S0, U, g_end.transpose(-1, -2).exp())  # a_n: (N, B, H, K or 1, 1)
     return _bmm(q_g, states, alpha=scale, add=intra, in_place=in_place), S  # (N, B, H, C, V)
 
 
@@ -300,8 +307,20 @@ def _factorizable(g: torch.Tensor) -> bool:
     return bool(g.detach().abs().amax() <= math.log(torch.finfo(g.dtype).max) / 4)
 
 
+def _group(q, k, v, log_alpha, beta, S, *, C: int, cd: torch.dtype, scale: float, in_place: bool,
+           factorize: bool | None):
+    """One group of whole chunks (``groups.py``), t tokens: inputs [B, t, H, ·], S [B, H, K, V] ->
+    (o [B, N, C, H, V], S); see ``_chunks_forward`` for in_place and factorize."""
+    qc, kc = chunks(q, C, copy=False).to(cd), chunks(k, C, copy=False).to(cd)  # views (N, B, H, C, K)
+    vc = chunks(v, C).to(cd)  # (N, B, H, C, V)
+    bc = None if beta is None else chunks(beta, C).to(cd)[..., None]  # (N, B, H, C, 1)
+    la = None if log_alpha is None else floor_log_decay(chunks(log_alpha, C).to(cd))  # (N, B, H, C[, K])
+    o, S = _chunks_forward(qc, kc, vc, bc, la, S, scale, in_place, factorize)  # (N, B, H, C, V)
+    return o.permute(1, 0, 3, 2, 4), S  # (B, N, C, H, V)
+
+
 def chunk_hebbian(q, k, v, *, log_alpha=None, beta=None, scale=None,
-                  initial_state=None, output_final_state=False, chunk_size=None):
+                  initial_state=None, output_final_state=False, chunk_size=None, compile=False):
     """Chunkwise-parallel hebbian memory (thesis App. A.1 with GLA / SSD decay).
 
     Same contract and results as ``recurrent_hebbian``; T need not divide chunk_size
@@ -312,7 +331,8 @@ def chunk_hebbian(q, k, v, *, log_alpha=None, beta=None, scale=None,
     for the state carry; memory O(T·(C + K·V / C)) (no [T, T] tensor). Long sequences run
     in groups of whole chunks (``groups.py``: cache-sized intermediates, same result).
     Numerics: module docstring. A non-finite input at position p never reaches o_{<p}
-    (``isolation.py``).
+    (``isolation.py``). compile: every group through torch.compile (``compiled.py``; the explicit
+    intra-chunk path always, no in-place intermediates), the same values to rounding.
     Returns o [B, T, H, V] (dtype of q) and S [B, H, K, V] if output_final_state else None.
     """
     cd = check_matrix_inputs("chunk_hebbian", q, k, v, log_alpha, beta, scale, initial_state, per_key=True)
@@ -323,24 +343,16 @@ def chunk_hebbian(q, k, v, *, log_alpha=None, beta=None, scale=None,
     S0 = q.new_zeros(B, H, K, V, dtype=cd) if initial_state is None else initial_state.to(cd)
     if B == 0:  # an empty batch: empty outputs
         return v.new_empty(B, T, H, V), (S0 if output_final_state else None)
-    in_place = not records_grad(q, k, v, log_alpha, beta, initial_state)
-
-    def group(q, k, v, log_alpha, beta, S):  # one group of whole chunks (groups.py), t tokens
-        C = chunk_size
-        qc, kc = chunks(q, C, copy=False).to(cd), chunks(k, C, copy=False).to(cd)  # views (N, B, H, C, K)
-        vc = chunks(v, C).to(cd)  # (N, B, H, C, V)
-        bc = None if beta is None else chunks(beta, C).to(cd)[..., None]  # (N, B, H, C, 1)
-        la = None if log_alpha is None else floor_log_decay(chunks(log_alpha, C).to(cd))  # (N, B, H, C[, K])
-        o, S = _chunks_forward(qc, kc, vc, bc, la, S, scale, in_place)  # (N, B, H, C, V)
-        return o.permute(1, 0, 3, 2, 4), S  # (B, N, C, H, V)
-
+    in_place = not compile and not records_grad(q, k, v, log_alpha, beta, initial_state)
+    group = functools.partial(_group, C=chunk_size, cd=cd, scale=scale, in_place=in_place,
+                              factorize=False if compile else None)
     o, S = groups.over_groups(group, (q, k, v, log_alpha, beta), S0, groups.group_step(chunk_size),
-                              q.new_empty(B, T, H, V, dtype=cd))
+                              q.new_empty(B, T, H, V, dtype=cd), compile=compile, chunk_size=chunk_size)
     o = o.to(v.dtype)
     if spread_possible(S) and not spread_possible(S0):  # a non-finite input stays out of earlier outputs
         p = first_non_finite(q, k, v, log_alpha, beta)
         o = keep_finite_prefix(o, p, lambda p: chunk_hebbian(
             q[:, :p], k[:, :p], v[:, :p], log_alpha=None if log_alpha is None else log_alpha[:, :p],
             beta=None if beta is None else beta[:, :p], scale=scale, initial_state=initial_state,
-            chunk_size=chunk_size)[0])
+            chunk_size=chunk_size, compile=compile)[0])
     return o, (S if output_final_state else None)

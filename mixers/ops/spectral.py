@@ -37,6 +37,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .compiled import compiled, mark_time_dynamic
+
 __all__ = [
     "SpectralState",
     "recurrent_spectral",
@@ -183,12 +185,22 @@ def _parallel_readout(q, den_t, num_t, weights, scale, den_floor, output_final_s
 
 
 def prefix_sum_spectral(q, k, v, *, beta, theta, weights, scale=None, den_floor=1e-4,
-                        initial_state=None, output_final_state=False):
+                        initial_state=None, output_final_state=False, compile=False):
     """Parallel form: Algorithm 1 step 4 as ``torch.cumsum`` over T, then step 5.
 
     Shapes as in the module docstring. Returns (o [B, T, H, D, 2], state or None).
+    compile: steps 4-5 as one torch.compile'd graph (``compiled.py``; the time axis dynamic).
     """
     _check_inputs(q, k, v, beta, theta, weights, initial_state)
+    if compile:
+        mark_time_dynamic(q, k, v, beta)
+        return compiled(_prefix_sum)(q, k, v, beta, theta, weights, scale, den_floor, initial_state,
+                                     output_final_state)
+    return _prefix_sum(q, k, v, beta, theta, weights, scale, den_floor, initial_state, output_final_state)
+
+
+def _prefix_sum(q, k, v, beta, theta, weights, scale, den_floor, initial_state, output_final_state):
+    """Steps 4-5 of ``prefix_sum_spectral`` on checked inputs."""
     den_t, num_t = spectral_running_state(k, v, beta=beta, theta=theta, initial_state=initial_state)
     return _parallel_readout(q, den_t, num_t, weights, scale, den_floor, output_final_state)
 

@@ -377,7 +377,7 @@ def test_default_chunk_size_is_the_ops_choice():
 def test_forward_without_grad_overwrites_only_its_own_copies(fn, b, h):
     """The no-grad forward works in place on its chunked copies: the caller's tensors are unchanged
     (also at B = H = 1, where chunking is a pure reshape) and the result is the autograd path's
-    (to rounding: its carry keeps the decay folded, ``_carry_read`` with a ``_fold_plan``)."""
+    (to rounding: its carry keeps the decay folded, ``carry_read`` with a ``fold_plan``)."""
     x = make_inputs(37, "scalar", b=b, h=h)
     before = {n: t.clone() for n, t in x.items()}
     with torch.no_grad():
@@ -392,14 +392,14 @@ def test_forward_without_grad_overwrites_only_its_own_copies(fn, b, h):
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_folded_carry_with_segments_and_explicit_chunks(dtype):
-    """No-grad carry (``_carry_read`` with a ``_fold_plan``) on a decay that makes every kind of step: multi-chunk
+    """No-grad carry (``carry_read`` with a ``fold_plan``) on a decay that makes every kind of step: multi-chunk
     segments with rescaling at their ends, and chunks too strong to fold (explicit multiply)."""
-    from assocmem.mixers.ops.delta_chunk import _fold_plan
+    from assocmem.mixers.ops.delta_carry import fold_plan
 
     x = make_inputs(200, "scalar", decay=(-3.0, 0.0))
     x["log_alpha"][:, 64:80] *= 40.0  # two chunks of 8 tokens decay by up to e^-960: explicit
     c = x["log_alpha"].reshape(B, 25, 8, H).sum(2).permute(1, 0, 2).reshape(25, B * H)  # chunk log decays
-    plan = _fold_plan(c.to(dtype))
+    plan = fold_plan(c.to(dtype))
     explicit, rescale = plan.explicit, plan.rescale
     assert any(explicit) and sum(rescale) > 1 and not all(rescale)  # all three kinds of step occur
     ref, S_ref = delta.recurrent_delta_rule(**x, output_final_state=True)
@@ -412,13 +412,13 @@ def test_folded_carry_with_segments_and_explicit_chunks(dtype):
 
 
 def test_fold_plan_is_causal_and_consistent():
-    """``_fold_plan``: a chunk's log decays depend on the chunks up to it only (bit for bit), and within
+    """``fold_plan``: a chunk's log decays depend on the chunks up to it only (bit for bit), and within
     a segment each chunk starts where the previous one ended (d_in[n + 1] == d_out[n] exactly)."""
-    from assocmem.mixers.ops.delta_chunk import _fold_plan
+    from assocmem.mixers.ops.delta_carry import fold_plan
 
     g = torch.Generator().manual_seed(0)
     c = -30.0 * torch.rand(40, 6, generator=g, dtype=torch.float64)  # float64: limit 177, several segments
-    plan = _fold_plan(c)
+    plan = fold_plan(c)
     assert sum(plan.rescale) > 2 and not any(plan.explicit)
     for n in range(39):
         if not plan.rescale[n]:
@@ -429,6 +429,6 @@ def test_fold_plan_is_causal_and_consistent():
     for cut in (5, 17, 33):
         later = c.clone()
         later[cut:] -= torch.rand(40 - cut, 6, generator=g, dtype=c.dtype)
-        other = _fold_plan(later)
+        other = fold_plan(later)
         assert torch.equal(other.d_in[:cut], plan.d_in[:cut]) and torch.equal(other.d_out[:cut], plan.d_out[:cut])
         assert other.rescale[:cut - 1] == plan.rescale[:cut - 1]
