@@ -54,6 +54,9 @@ def register_verify(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-large", dest="large", action="store_false",
                    help="skip the second, larger shape (T=1000, K=32, V=48; minutes, most of it the derived "
                         "recurrence and compiling the scan forms)")
+    p.add_argument("--compiled", action="store_true",
+                   help="also the compiled chunk / prefix_sum forms (lower(spec, form, compile=True)); each compiles "
+                        "a few graphs, about a minute per preset on a small CPU")
     p.add_argument("--seq-len", type=positive_int, default=70, help="sequence length T of the random inputs (default 70)")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=verify_main)
@@ -107,7 +110,7 @@ def verify_main(args: argparse.Namespace) -> int:
     results: list[PairResult] = []
     if not args.layers:
         for spec in specs:
-            results += verify(spec, T=args.seq_len, seed=args.seed, large=args.large)
+            results += verify(spec, T=args.seq_len, seed=args.seed, large=args.large, compiled=args.compiled)
     ops = len(results)
     results += verify_layers(None if not args.names else [s.name for s in specs], seed=args.seed)
     if not results:

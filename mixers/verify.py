@@ -25,7 +25,7 @@ from assocmem.memories import L2Decay, Momentum, NonParametric, Spectral
 from assocmem.memories.checks import gate_needs
 
 from .external import external_references
-from .lower import APPROXIMATE, FAMILIES, available_forms, derived, family_of, hand_written, lower, with_lr
+from .lower import APPROXIMATE, COMPILABLE, FAMILIES, available_forms, derived, family_of, hand_written, lower, with_lr
 from .spec import MixerSpec
 
 EXACT_ATOL = 1e-10  # float64, derived vs hand-written / lowered forms
@@ -213,7 +213,9 @@ class Pair:
     ours: bool = True  # one of our forms: also run without autograd and in float32
 
 
-def _pairs(spec: MixerSpec) -> list[Pair]:
+def _pairs(spec: MixerSpec, compiled: bool = False) -> list[Pair]:
+    """The implementations compared with the derivation; ``compiled``: also the compiled variant of each
+    form that has one (``lower(spec, form, compile=True)``, mixers/ops/compiled.py)."""
     pairs = []
     hw = hand_written(spec)
     if hw is not None:
@@ -223,6 +225,9 @@ def _pairs(spec: MixerSpec) -> list[Pair]:
             continue  # recurrent = the hand-written one above (or derived itself)
         extra = {"chunk_size": 16} if name == "chunk" else {}
         pairs.append(Pair(f"derived vs form:{name}", lower(spec, name).fn, EXACT_ATOL, True, extra))
+        if compiled and name in COMPILABLE:
+            pairs.append(Pair(f"derived vs form:{name} (compiled)", lower(spec, name, compile=True).fn, EXACT_ATOL,
+                              True, extra))
     lr = getattr(spec.optimizer, "lr", 1.0) if family_of(spec).lr else 1.0
     for ref in external_references(spec):  # references take the step η_t itself: η_t = lr·β_t
         pairs.append(Pair(f"derived vs {ref.name}", with_lr(ref.fn, lr), ref.atol, ref.initial_state, {},
@@ -241,11 +246,12 @@ def _ordering_checks(spec: MixerSpec) -> list[tuple[str, Callable]]:
 
 
 def verify(spec: MixerSpec | str, *, T: int = 70, B: int = 2, H: int = 2, K: int = 8, V: int = 6,
-           seed: int = 0, extras: bool = True, large: bool = False) -> list[PairResult]:
+           seed: int = 0, extras: bool = True, large: bool = False, compiled: bool = False) -> list[PairResult]:
     """Compare every implementation of ``spec`` with its derivation (float64): outputs, final states and
     the gradients of a random projection of both. ``extras``: our own forms also without autograd (the
     inference path) and in float32, and the other composition order; ``large``: every pair once more at
-    LARGE (T=1000, K=32, V=48)."""
+    LARGE (T=1000, K=32, V=48); ``compiled``: the compiled chunk / prefix_sum forms too (each compiles a few
+    graphs: about a minute per preset on a small CPU)."""
     from .presets import get_preset
 
     spec = get_preset(spec) if isinstance(spec, str) else spec
@@ -253,20 +259,21 @@ def verify(spec: MixerSpec | str, *, T: int = 70, B: int = 2, H: int = 2, K: int
     # the compiled scan form meets several dtypes, shapes and grad modes here: keep it compiled for all
     # of them (dynamo's default of 8 compiled variants would fall back to eager part way through)
     with torch._dynamo.config.patch(recompile_limit=256):
-        results = _compare(spec, label, dict(B=B, T=T, H=H, K=K, V=V), seed, extras=extras)
+        results = _compare(spec, label, dict(B=B, T=T, H=H, K=K, V=V), seed, extras=extras, compiled=compiled)
         if large:
             tag = f" [T={LARGE['T']}, K={LARGE['K']}, V={LARGE['V']}]"
-            results += _compare(spec, label, LARGE, seed, extras=False, tag=tag)
+            results += _compare(spec, label, LARGE, seed, extras=False, tag=tag, compiled=compiled)
     return results
 
 
-def _compare(spec: MixerSpec, label: str, shape: dict, seed: int, *, extras: bool, tag: str = "") -> list[PairResult]:
+def _compare(spec: MixerSpec, label: str, shape: dict, seed: int, *, extras: bool, tag: str = "",
+             compiled: bool = False) -> list[PairResult]:
     """Every pair at one shape; ``extras``: the no-grad and float32 runs of our forms and the ordering checks."""
     step = derived(spec)
     cases = {s: make_case(spec, **shape, seed=seed, with_state=s) for s in (True, False)}
     truth = {s: run(step, c, state_grad=s) for s, c in cases.items()}
     results = []
-    for p in _pairs(spec):
+    for p in _pairs(spec, compiled):
         case, want = cases[p.with_state], truth[p.with_state]
         checks = [(tag, p.tolerance, lambda: max_abs_error(
             want, run(p.fn, case, extra=p.extra, state_grad=p.with_state), p.grad_inputs))]

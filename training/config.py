@@ -263,6 +263,10 @@ class TrainLoopConfig(_Strict):
     progress: bool = Field(True, description="tqdm progress bar on rank 0")
     threads: int | None = Field(None, gt=0, description="torch.set_num_threads (null = torch default)")
     deterministic: bool = Field(True, description="torch.use_deterministic_algorithms(True)")
+    compile: bool = Field(
+        False, description="torch.compile the model's decoder (nn.Module.compile: parameters and checkpoints "
+        "unchanged) before training; the first steps compile (minutes on a small CPU). For the mixers' chunk "
+        "forms alone, set the layer option compile instead (mixers/ops/compiled.py)")
     grad_transforms: list[GradTransformConfig] = Field(
         default_factory=list, description="gradient transforms applied in order after backward (and the DDP "
         "all-reduce), before clipping and the optimizer step: fgp | pfft | fgp_adaptive | grokfast_ema "

@@ -108,6 +108,8 @@ class Trainer:
             check_supervised_logits(self.model, ids, labels)
         if batch_positions(self.train_ds, [0], info.device):  # packed documents, read one by one
             self._check_documents_apart()
+        if cfg.train.compile:  # in place: the model's state_dict keys (checkpoints) stay as they are
+            (self.model.get_decoder() if hasattr(self.model, "get_decoder") else self.model).compile()
         self.wrapped: nn.Module = self.objective
         if info.distributed:
             self.wrapped = nn.parallel.DistributedDataParallel(

@@ -154,7 +154,8 @@ def test_compiled_chunk_family_equals_eager_float64(op):
         for T, seed in ((37, 0), (53, 1)):
             x = make_inputs(T, gate, seed=seed, decay=decay)
             _assert_same(_run(fn, x, True, chunk_size=16), _run(fn, x, False, chunk_size=16), **F64)
-        report = op_causality(lambda **kw: fn(**kw, chunk_size=16, compile=True), make_inputs(37, gate, seed=2))
+        report = op_causality(lambda **kw: fn(**kw, chunk_size=16, compile=True),
+                              make_inputs(37, gate, seed=2, with_state=False))
         assert report.causal and report.max_leak == 0.0
 
 
@@ -181,3 +182,21 @@ def test_compiled_sca_prefix_sum_equals_eager():
 
     with torch._dynamo.config.patch(recompile_limit=64):
         _assert_same(run(True), run(False), **F64)
+
+
+def test_verify_lists_the_compiled_forms_only_when_asked():
+    from assocmem.mixers.verify import _pairs
+
+    names = lambda spec, compiled: [p.name for p in _pairs(get_preset(spec), compiled)]  # noqa: E731
+    assert "derived vs form:chunk (compiled)" in names("gated_deltanet", True)
+    assert "derived vs form:prefix_sum (compiled)" in names("sca", True)
+    assert not any("compiled" in n for n in names("gated_deltanet", False) + names("softmax", True))
+
+
+@pytest.mark.slow
+def test_verify_compiled_gdn_passes():
+    from assocmem.mixers.verify import verify
+
+    with torch._dynamo.config.patch(recompile_limit=64):
+        results = [r for r in verify("gated_deltanet", T=37, compiled=True) if "(compiled)" in r.pair]
+    assert len(results) == 3 and all(r.passed for r in results), results

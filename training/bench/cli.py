@@ -34,6 +34,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="only implementations whose name contains one of these (e.g. chunk transformers)")
     m.add_argument("--threads", type=positive_int, default=None, metavar="N",
                    help="torch intra-op threads for every implementation (default: torch's, all cores)")
+    m.add_argument("--compiled", action="store_true",
+                   help="also the compiled chunk / prefix_sum forms (torch.compile; the first call of each, which "
+                        "compiles, is reported as compile_s: tens of seconds per graph on a small CPU)")
     m.add_argument("--processes", type=positive_int, default=1, metavar="N",
                    help="run the bench in N fresh processes, one after another, and report per row the "
                         "median ms over them with the range of each ratio (the allocator's state, which "
@@ -129,7 +132,7 @@ def _mixers(args: argparse.Namespace) -> int:
     runs = None
     if args.processes == 1:
         rows = run_bench(tuple(args.families or FAMILIES), tuple(args.seq_lens), tuple(args.modes),
-                         only=tuple(args.impls))
+                         only=tuple(args.impls), compiled=args.compiled)
     else:
         runs = _in_processes(args)
         rows = median_rows(runs)
@@ -157,6 +160,8 @@ def _in_processes(args: argparse.Namespace) -> list[list[dict]]:
         argv += ["--impls", *args.impls]
     if args.threads is not None:
         argv += ["--threads", str(args.threads)]
+    if args.compiled:
+        argv += ["--compiled"]
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.processes):

@@ -1,12 +1,14 @@
 """`assocmem bench mixers` at toy sizes: row structure, JSON keys, ratio lines (no timing assertions)."""
 import json
 
+import pytest
+
 from assocmem.training.bench.forms import markdown_table, ratio_table, run_bench
 from assocmem.training.bench.timing import measure_round_robin, time_round_robin
 from assocmem.mixers.verify import make_case
 from assocmem.mixers.presets import get_preset
 
-KEYS = {"family", "impl", "T", "mode", "ms", "gflops", "peak_mb", "saved_mb"}
+KEYS = {"family", "impl", "T", "mode", "ms", "gflops", "peak_mb", "saved_mb", "compile_s"}
 
 
 def test_rows_cover_every_form_and_mode_once():
@@ -95,3 +97,14 @@ def test_median_rows_and_ratio_ranges_over_processes():
     assert rows["transformers:x"]["ms"] == 16.0
     (line,) = ratio_table(list(rows.values()), runs)
     assert "2.00x faster than transformers:x" in line and "(range 1.50-3.00 over 3 processes)" in line
+
+
+@pytest.mark.slow
+def test_compiled_rows_time_their_first_call_and_compare_with_eager():
+    rows = run_bench(families=("gated_deltanet",), Ts=(64,), modes=("fwd",), log=lambda *_: None,
+                     only=("chunk",), compiled=True)
+    by_impl = {r["impl"]: r for r in rows[1:]}
+    assert by_impl["chunk (compiled)"]["compile_s"] > 0 and by_impl["chunk"]["compile_s"] is None
+    assert by_impl["chunk (compiled)"]["gflops"] > 0
+    assert any("chunk (compiled) is" in line and line.rstrip().endswith("than chunk") for line in ratio_table(rows))
+    assert "| chunk (compiled) (first call " in markdown_table(rows)
