@@ -59,3 +59,18 @@ def test_compiled_hybrid_trains_and_generates():
     out_e = eager.generate(prompt, max_new_tokens=6, do_sample=False)
     out_c = compiled.generate(prompt, max_new_tokens=6, do_sample=False)
     assert torch.equal(out_c, out_e)
+
+
+@pytest.mark.slow
+def test_bench_train_compile_times_both(tmp_path):
+    import json
+
+    from assocmem.training.cli import main
+
+    out = tmp_path / "t.json"
+    assert main(["bench", "train", "--mixers", "gdn", "--d-model", "16", "--vocab", "128", "--seq-len", "32",
+                 "--num-kv-pairs", "4", "--batch", "2", "--warmup", "1", "--steps", "2", "--compile",
+                 "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["mixer"] for r in rows] == ["gdn", "gdn (compiled)"]
+    assert all(r["tokens_per_s"] > 0 for r in rows)

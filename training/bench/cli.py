@@ -283,6 +283,9 @@ def register_train(kinds: argparse._SubParsersAction) -> None:
     p.add_argument("--warmup", type=non_negative_int, default=3)
     p.add_argument("--steps", type=positive_int, default=10, help="timed steps per mixer")
     p.add_argument("--threads", type=positive_int, default=1, help="torch intra-op threads (default 1)")
+    p.add_argument("--compile", action="store_true",
+                   help="also time every mixer with its decoder torch.compile'd (as train.compile; the warm-up "
+                        "steps compile, minutes on a small CPU)")
     p.add_argument("--json", type=Path, metavar="PATH", help="write config and rows as JSON")
     p.set_defaults(func=_train_bench)
 
