@@ -18,7 +18,7 @@ TORCH  ?= torch==2.13.0
 FLA    := fla-core
 PYTEST := -m pytest -q -m "not slow" -p no:cacheprovider
 
-.PHONY: setup setup-eval demo test test-slow test-latest test-oldest lock verify bench clean
+.PHONY: setup setup-eval demo test test-slow test-latest test-oldest lock verify bench bench-gpu clean
 
 setup: $(STAMP)
 
@@ -82,6 +82,12 @@ verify: setup
 
 bench: setup
 	$(VENV)/bin/assocmem bench mixers --json bench_mixers.json
+
+# on a CUDA machine with a CUDA torch and flash-linear-attention (triton) installed in the venv:
+# eager and compiled (inductor -> Triton) chunk forms against FLA's Triton kernels
+bench-gpu: setup
+	$(VENV)/bin/assocmem bench mixers --device cuda --compiled --families gated_deltanet mamba2 gla \
+		--seq-lens 2048 8192 32768 --processes 3 --json bench_gpu.json --markdown bench_gpu.md
 
 clean:
 	rm -rf $(VENV) .venv-latest .venv-oldest .venv-lock build *.egg-info

@@ -34,6 +34,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="only implementations whose name contains one of these (e.g. chunk transformers)")
     m.add_argument("--threads", type=positive_int, default=None, metavar="N",
                    help="torch intra-op threads for every implementation (default: torch's, all cores)")
+    m.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help="where the inputs live (cuda: FLA's Triton kernels join the peers when installed; "
+                        "make bench-gpu); the matmul peak and peak memory stay host-side measurements")
     m.add_argument("--compiled", action="store_true",
                    help="also the compiled chunk / prefix_sum forms (torch.compile; the first call of each, which "
                         "compiles, is reported as compile_s: tens of seconds per graph on a small CPU)")
@@ -129,10 +132,14 @@ def _mixers(args: argparse.Namespace) -> int:
 
     if args.threads is not None:  # (counts are checked by argparse: cli_types.positive_int)
         torch.set_num_threads(args.threads)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("assocmem bench mixers: --device cuda needs a CUDA build of torch and a GPU; this torch "
+              f"({torch.__version__}) sees none. Run without --device (CPU) or on a GPU machine", file=sys.stderr)
+        return 2
     runs = None
     if args.processes == 1:
         rows = run_bench(tuple(args.families or FAMILIES), tuple(args.seq_lens), tuple(args.modes),
-                         only=tuple(args.impls), compiled=args.compiled)
+                         only=tuple(args.impls), compiled=args.compiled, device=args.device)
     else:
         runs = _in_processes(args)
         rows = median_rows(runs)
@@ -162,6 +169,7 @@ def _in_processes(args: argparse.Namespace) -> list[list[dict]]:
         argv += ["--threads", str(args.threads)]
     if args.compiled:
         argv += ["--compiled"]
+    argv += ["--device", args.device]
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.processes):

@@ -66,6 +66,8 @@ def time_call(fn: Callable, inputs: dict, mode: str, pack=None) -> float:
         else:
             o, _ = fn(q, k, v, **leaves)
         o.backward(torch.randn_like(o))  # a dense cotangent (a stride-0 one takes slow bmm paths)
+    if q.device.type == "cuda":  # kernels run asynchronously: wait for them before reading the clock
+        torch.cuda.synchronize(q.device)
     return time.perf_counter() - t0
 
 
