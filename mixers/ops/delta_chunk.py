@@ -81,7 +81,7 @@ __all__ = ["DeltaInputs", "chunk_scalar_decay", "chunk_key_decay", "chunk_low_ra
 # the hebbian form's, and 2048 measured fastest at T = 2048 and 8192 (K = 64, C = 32; 1024: 5-25 % slower)
 GROUP_TOKENS = 2048
 # the autograd Functions run eagerly inside a compiled form (compiled.py: their in-place loops would be traced as copies)
-_solve, _carry, _carry_read = island(UnitLowerSolve.apply), island(Carry.apply), island(carry_read)
+_solve, _carry = island(UnitLowerSolve.apply), island(Carry.apply)
 _SUB_CHUNK = 16  # per-key decay: largest sub-chunk (a divisor of chunk_size) with explicit [s, s, K] decays
 
 
@@ -141,9 +141,8 @@ def chunk_scalar_decay(x: DeltaInputs, C: int, *, erase_reads_decayed: bool = Tr
     exponents). When no gradient is recorded the chunked copies are overwritten in place (same values),
     except when compiled (``compiled.py``: inductor plans the buffers).
     """
-    no_grad = not records_grad(x.q, x.k, x.v, x.log_alpha, x.beta, x.state)
-    group = functools.partial(_scalar_decay_group, in_place=no_grad and not compile, read_in_carry=no_grad,
-                              erase_reads_decayed=erase_reads_decayed)
+    in_place = not compile and not records_grad(x.q, x.k, x.v, x.log_alpha, x.beta, x.state)
+    group = functools.partial(_scalar_decay_group, in_place=in_place, erase_reads_decayed=erase_reads_decayed)
     return _over_groups(group, x._replace(log_alpha=floor_log_decay(x.log_alpha)), C, compile)
 
 
@@ -162,12 +161,10 @@ def _erase_decay(A: torch.Tensor, D: torch.Tensor, in_place: bool, erase_reads_d
 
 
 def _scalar_decay_group(q, k, v, log_alpha, beta, S, scale: float, C: int, *, in_place: bool = False,
-                        read_in_carry: bool | None = None, erase_reads_decayed: bool = True):
+                        erase_reads_decayed: bool = True):
     """``chunk_scalar_decay`` on one group of tokens; S: [BH, K, V]. Returns o [B, N, C, H, V] and S.
 
-    in_place: overwrite the chunked copies and intermediates and fold the decay into the carry (forward
-    without autograd). read_in_carry (None: = in_place): the state read inside the carry loop, one running
-    state (``carry_read``; without autograd, also compiled, where nothing else is in place).
+    in_place: overwrite the chunked copies and intermediates (forward without autograd).
     """
     B = q.shape[0]
     q, k, v = (chunks(x, C).flatten(1, 2) for x in (q, k, v))  # (N, BH, C, K|V), fresh copies
@@ -201,8 +198,8 @@ def _scalar_decay_group(q, k, v, log_alpha, beta, S, scale: float, C: int, *, in
     U, W = _solve(A, scaled(v, beta, in_place), k_beta)  # (N, BH, C, V), (N, BH, C, K)
     del A, v, k_beta
     # 2. sequential over chunks: u = U − W S_[n], the state carry (eq. 3) and 3. the read (eq. 2)
-    if in_place if read_in_carry is None else read_in_carry:
-        o, S = _carry_read(U, W, k, q, P, a, S, plan)  # (N, BH, C, V), u overwrites U
+    if in_place:
+        o, S = carry_read(U, W, k, q, P, a, S, plan)  # (N, BH, C, V), u overwrites U
     else:
         starts, u, S = _carry(U, W, k, a, S)
         o = torch.baddbmm((P @ u).flatten(0, 1), q.flatten(0, 1), starts.flatten(0, 1)).view(u.shape)  # (N, BH, C, V)
