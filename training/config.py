@@ -230,14 +230,28 @@ DATA_KINDS: dict[str, type[BaseModel]] = {"mqar": MQARData, "graph_walk": GraphW
 
 # ---------------------------------------------------------------- optimisation
 class OptimConfig(_Strict):
-    """AdamW with linear warm-up then cosine decay to min_lr_ratio · lr."""
+    """AdamW with a learning-rate schedule: ours (linear warm-up then cosine decay to min_lr_ratio · lr)
+    or one of transformers' (``get_scheduler``), see optim.py."""
 
     lr: float = Field(1e-3, gt=0, description="peak learning rate")
     weight_decay: float = Field(0.1, ge=0, description="decoupled weight decay on matrices (>= 2-D parameters)")
     betas: tuple[float, float] = Field((0.9, 0.95), description="AdamW betas")
     eps: float = Field(1e-8, gt=0, description="AdamW epsilon")
     warmup_steps: int = Field(0, ge=0, description="linear warm-up from 0 over this many optimizer steps")
-    min_lr_ratio: float = Field(0.0, ge=0, le=1, description="cosine floor as a fraction of lr")
+    min_lr_ratio: float = Field(0.0, ge=0, le=1, description="cosine floor as a fraction of lr (warmup_cosine "
+                                "and cosine_with_min_lr)")
+    schedule: Literal["warmup_cosine", "linear", "cosine", "cosine_with_restarts", "polynomial", "constant",
+                      "constant_with_warmup", "inverse_sqrt", "cosine_with_min_lr"] = Field(
+        "warmup_cosine", description="warmup_cosine (ours: warm-up (s+1)/W, so the first step already moves; "
+        "then cosine to min_lr_ratio) or the transformers get_scheduler schedule of that name, over the run's "
+        "steps with warmup_steps")
+
+    @model_validator(mode="after")
+    def _floor_only_where_read(self) -> "OptimConfig":
+        if self.min_lr_ratio and self.schedule not in ("warmup_cosine", "cosine_with_min_lr"):
+            raise ValueError(f"optim.min_lr_ratio is read by the warmup_cosine and cosine_with_min_lr schedules only, "
+                             f"not by {self.schedule!r}; leave it at 0 or choose one of those")
+        return self
     grad_clip: float | None = Field(1.0, gt=0, description="max global gradient norm (null = no clipping)")
 
 
@@ -254,6 +268,9 @@ class TrainLoopConfig(_Strict):
     eval_every: int = Field(0, ge=0, description="evaluate every N steps (0 = at the end only)")
     eval_batch_size: int = Field(64, gt=0, description="sequences per evaluation forward")
     log_every: int = Field(10, gt=0, description="write a JSONL log line every N steps")
+    log_to: list[Literal["tensorboard", "wandb"]] = Field(
+        default_factory=list, description="also send the log to TensorBoard (<run>/tensorboard/, the [log] extra) "
+        "and/or Weights & Biases (wandb installed and set up); a missing package is refused before the run")
     checkpoint_every: int = Field(0, ge=0, description="checkpoint every N steps (0 = at the end only)")
     keep_last: int = Field(2, gt=0, description="checkpoints kept (older ones deleted; never the newest one "
                            "that verifies)")

@@ -38,6 +38,7 @@ from .data import build_datasets, data_eos_id, data_tokenizer, save_tokenizer
 from .distributed import (DistInfo, all_gather_object, all_reduce_sum, barrier, broadcast_object, init_distributed,
                           rank_slice, shutdown)
 from .grad_transforms import GradTransforms
+from .log_sinks import check_sinks, open_sinks
 from .metrics import batch_positions, batch_tensors, evaluate
 from .model_factory import build_from_config, model_description, set_end_token
 from .objective import CausalLMObjective, check_documents_apart, check_supervised_logits
@@ -87,6 +88,7 @@ class Trainer:
 
     def __init__(self, cfg: TrainConfig, info: DistInfo, run_dir: Path, *, resume: bool, overwrite: bool = False):
         self.cfg, self.info, self.run_dir = cfg, info, run_dir
+        check_sinks(cfg.train.log_to)  # a missing package is refused before any work
         self.train_ds, self.eval_ds, vocab = build_datasets(cfg.data)
         seed_everything(cfg.seed)
         self.model = self.build_model(vocab).to(info.device).train()
@@ -114,7 +116,10 @@ class Trainer:
         if info.distributed:
             self.wrapped = nn.parallel.DistributedDataParallel(
                 self.objective, device_ids=[info.device.index] if info.device.type == "cuda" else None)
-        self.log = RunLog(self.run_dir, keep_until_step=self.step) if info.is_main else None
+        self.log = (RunLog(self.run_dir, keep_until_step=self.step,
+                           sinks=open_sinks(cfg.train.log_to, self.run_dir, name=self.run_dir.name,
+                                            config=cfg.model_dump(mode="json")))
+                    if info.is_main else None)
 
     def _check_documents_apart(self) -> None:
         """data.documents: separate -- the objective must take position_ids and the model keep documents apart."""

@@ -1,9 +1,15 @@
-"""AdamW with decoupled weight decay on matrices, linear warm-up and cosine decay.
+"""AdamW with decoupled weight decay on matrices and a learning-rate schedule.
 
-Learning rate at optimizer step s (0-indexed) of S steps, warm-up W, floor r:
+``optim.schedule: warmup_cosine`` (the default), at optimizer step s (0-indexed) of S steps,
+warm-up W, floor r:
 
     lr(s) = lr · (s + 1) / W                                      for s < W
     lr(s) = lr · (r + (1 − r) · ½ (1 + cos(π (s − W) / (S − W))))  otherwise
+
+It is transformers' ``cosine_with_min_lr`` (min_lr_rate = r) shifted by one step during the
+warm-up (transformers starts at s / W = 0, a first step that does not move; ours at 1 / W), and
+equal to it from s = W − 1 on (tests/training/test_schedules.py). Every other name of
+``optim.schedule`` is transformers' ``get_scheduler`` of that name over S steps with W warm-up steps.
 
 Weight decay applies to parameters with >= 2 dimensions (projections and
 embeddings), not to gains and biases (nanoGPT's rule).
@@ -50,11 +56,23 @@ def build_optimizer(model: nn.Module, cfg: OptimConfig) -> torch.optim.AdamW:
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps)
 
 
+# transformers' schedules that take more than (warm-up, total steps): their extra arguments from the config
+_HF_EXTRA = {"cosine_with_min_lr": lambda cfg: {"min_lr_rate": cfg.min_lr_ratio}}
+
+
 def build_scheduler(optimizer: torch.optim.Optimizer, cfg: OptimConfig, total_steps: int):
-    """LambdaLR over WarmupCosine; ``scheduler.step()`` once per optimizer step."""
+    """A LambdaLR (ours over WarmupCosine, or transformers' get_scheduler of ``cfg.schedule``);
+    ``scheduler.step()`` once per optimizer step."""
     if cfg.warmup_steps > total_steps:
         raise ValueError(f"optim.warmup_steps={cfg.warmup_steps} exceeds the run's {total_steps} steps")
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, WarmupCosine(total_steps, cfg.warmup_steps, cfg.min_lr_ratio))
+    if cfg.schedule == "warmup_cosine":
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, WarmupCosine(total_steps, cfg.warmup_steps,
+                                                                         cfg.min_lr_ratio))
+    from transformers import get_scheduler
+
+    extra = _HF_EXTRA[cfg.schedule](cfg) if cfg.schedule in _HF_EXTRA else None
+    return get_scheduler(cfg.schedule, optimizer, num_warmup_steps=cfg.warmup_steps, num_training_steps=total_steps,
+                         scheduler_specific_kwargs=extra)
 
 
 def extend_schedule(optimizer: torch.optim.Optimizer, scheduler, total_steps: int) -> None:
@@ -64,10 +82,15 @@ def extend_schedule(optimizer: torch.optim.Optimizer, scheduler, total_steps: in
     taken keep the learning rates they had; from the resume step s on, lr(s) is the schedule of a
     run configured with N steps from the start (the cosine stretched to the new end), so the rate
     jumps from the old curve to the new one at s. Same total: nothing changes (bitwise).
+
+    WarmupCosine's total is restored from the checkpoint and set here; transformers' schedules keep
+    the total they were built with (this run's: their state holds no numbers), so only the rate of
+    the current step is recomputed, as LambdaLR.step() computes it.
     """
     schedule = scheduler.lr_lambdas[0]
-    if schedule.total_steps == total_steps:
-        return
-    schedule.total_steps = total_steps
-    for group, base in zip(optimizer.param_groups, scheduler.base_lrs):
-        group["lr"] = base * schedule(scheduler.last_epoch)
+    if isinstance(schedule, WarmupCosine):
+        if schedule.total_steps == total_steps:
+            return
+        schedule.total_steps = total_steps
+    for group, base, fn in zip(optimizer.param_groups, scheduler.base_lrs, scheduler.lr_lambdas):
+        group["lr"] = base * fn(scheduler.last_epoch)

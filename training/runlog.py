@@ -30,7 +30,7 @@ LOG_FILE, CONFIG_FILE, CURVES_FILE, SUMMARY_FILE = "log.jsonl", "config.yaml", "
 # fields that may change on --resume without changing the steps already taken: logging and
 # checkpoint cadence, where the folder lives (a moved run), the length of the run (extending it:
 # optim.py documents the schedule rule), and what to do at a non-finite loss
-RESUME_MUTABLE = {"train.progress", "train.log_every", "train.eval_every", "train.checkpoint_every",
+RESUME_MUTABLE = {"train.progress", "train.log_to", "train.log_every", "train.eval_every", "train.checkpoint_every",
                   "train.keep_last", "train.eval_batch_size", "train.steps", "train.epochs", "train.on_nonfinite",
                   "name", "output_dir"}
 
@@ -138,9 +138,11 @@ def read_log(path: str | Path) -> list[dict]:
 
 
 class RunLog:
-    """Appends JSON lines to <run>/log.jsonl (rank 0 only)."""
+    """Appends JSON lines to <run>/log.jsonl (rank 0 only), and passes each record to ``sinks``
+    (log_sinks.py: TensorBoard, W&B)."""
 
-    def __init__(self, run_dir: str | Path, *, keep_until_step: int | None = None):
+    def __init__(self, run_dir: str | Path, *, keep_until_step: int | None = None, sinks: list | None = None):
+        self.sinks = list(sinks or [])
         self.path = Path(run_dir) / LOG_FILE
         if keep_until_step is not None:  # resume: drop what the killed run logged after its checkpoint
             kept = [r for r in read_log(self.path) if r.get("step", 0) <= keep_until_step]
@@ -150,9 +152,13 @@ class RunLog:
     def write(self, record: dict) -> None:
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
+        for sink in self.sinks:
+            sink.write(record)
 
     def close(self) -> None:
         self._file.close()
+        for sink in self.sinks:
+            sink.close()
 
 
 # ---------------------------------------------------------------- PNG
