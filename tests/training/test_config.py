@@ -17,7 +17,7 @@ def test_load_config_defaults_name_to_file_stem_and_round_trips(write_config):
 @pytest.mark.parametrize("update,where,allowed", [
     ({"colour": 1}, "config.colour", "name, output_dir, seed, model, data, optim, train"),
     ({"optim": {"learning_rate": 1}}, "config.optim.learning_rate",
-     "lr, weight_decay, betas, eps, warmup_steps, min_lr_ratio, grad_clip"),
+     "lr, weight_decay, betas, eps, warmup_steps, min_lr_ratio, schedule, grad_clip"),
     ({"data": {"num_pairs": 3}}, "config.data.num_pairs", "num_kv_pairs"),
     ({"model": {"hf_config": None, "hybrid": {"d_model": 32, "layer": "gdn"}}}, "config.model.hybrid.layer",
      "d_model, vocab_size, layers"),
