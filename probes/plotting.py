@@ -130,12 +130,13 @@ def _set_scales(ax, panel: CurvePanel) -> None:
     axis over values that include zeros becomes symlog, linear below the smallest positive value;
     all zeros stay on a linear axis (a log axis cannot show them)."""
     ys = np.asarray([v for _, y in panel.series.values() for v in y], dtype=float)
+    xs = np.asarray([v for x, _ in panel.series.values() for v in x], dtype=float)
     if panel.logx:
         ax.set_xscale("log", base=panel.logx_base)
         if panel.logx_base != 10:  # plain numbers (1, 2, 4, ...) rather than powers
             ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
         else:
-            ax.xaxis.set_major_locator(LogLocator(base=10, numticks=6))
+            _log_ticks(ax.xaxis, xs)
     if panel.logy:
         positive = ys[np.isfinite(ys) & (ys > 0)]
         if positive.size == 0:
@@ -144,9 +145,22 @@ def _set_scales(ax, panel: CurvePanel) -> None:
             ax.set_yscale("symlog", linthresh=float(positive.min()))
         else:
             ax.set_yscale("log")
-            ax.yaxis.set_major_locator(LogLocator(base=10, numticks=6))
+            _log_ticks(ax.yaxis, positive)
     if panel.ylim is not None:
         ax.set_ylim(*panel.ylim)
+
+
+def _log_ticks(axis, values: np.ndarray) -> None:
+    """Labels of a base-10 log axis: over less than a decade (where matplotlib would label minor
+    ticks as 2×10⁰, 3×10⁰, ...) the distinct data values, at most 8, as plain numbers; otherwise
+    at most ~6 labelled decades and no minor labels."""
+    positive = np.unique(values[np.isfinite(values) & (values > 0)])
+    if positive.size and positive.max() / positive.min() < 10 and positive.size <= 8:
+        axis.set_major_locator(matplotlib.ticker.FixedLocator(positive))
+        axis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    else:
+        axis.set_major_locator(LogLocator(base=10, numticks=6))
+    axis.set_minor_formatter(matplotlib.ticker.NullFormatter())
 
 
 def _finish(fig, suptitle: str) -> None:

@@ -44,3 +44,23 @@ def test_long_title_is_wrapped(tmp_path, monkeypatch):
     save_curve_panels(tmp_path / "c.png", [CurvePanel(title, "x", "y", {"a": ([1, 2], [0.0, 0.0])}, logy=True)])
     shown = closed[0].axes[0].get_title()
     assert "\n" in shown and shown.replace("\n", " ") == title
+
+
+def test_a_log_axis_within_a_decade_labels_the_data_values_plainly():
+    """K = 2, 4, 8 on a log axis: '2', '4', '8', not matplotlib's minor labels 2×10⁰, 3×10⁰, ..."""
+    for xs, want in (([2, 4, 8], ["2", "4", "8"]), ([800, 1600, 2048, 4096], ["800", "1600", "2048", "4096"])):
+        fig, ax = plt.subplots()
+        panel = CurvePanel("t", "x", "y", {"a": (xs, [0.1] * len(xs))}, logx=True)
+        ax.plot(xs, [0.1] * len(xs))
+        _set_scales(ax, panel)
+        fig.canvas.draw()
+        assert [t.get_text() for t in ax.get_xticklabels()] == want
+        assert all(t.get_text() == "" for t in ax.xaxis.get_minorticklabels())
+        plt.close(fig)
+    fig, ax = plt.subplots()  # over decades: decade ticks only, no minor labels
+    xs = [4, 10, 100, 1200]
+    _set_scales(ax, CurvePanel("t", "x", "y", {"a": (xs, [0.1] * 4)}, logx=True))
+    ax.plot(xs, [0.1] * 4)
+    fig.canvas.draw()
+    assert [t.get_text() for t in ax.xaxis.get_minorticklabels() if t.get_text()] == []
+    plt.close(fig)
