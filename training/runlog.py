@@ -74,6 +74,15 @@ def run_folder_problem(path: Path) -> str | None:
     return None
 
 
+def _as_trained(old: dict, saved: Path) -> dict:
+    """A saved config as its run was trained: packed text saved before ``data.documents`` existed
+    was read as one sequence per block (``joined``), whatever today's default says."""
+    raw = yaml.safe_load(saved.read_text()).get("data") or {}
+    if old["data"].get("kind") == "files" and raw.get("prompt_field") is None and "documents" not in raw:
+        old["data"]["documents"] = "joined"
+    return old
+
+
 def check_run_dir(cfg: TrainConfig, *, resume: bool, overwrite: bool) -> Path:
     """The run folder of ``cfg``, checked without touching the disk. Rank 0 only.
 
@@ -94,7 +103,7 @@ def check_run_dir(cfg: TrainConfig, *, resume: bool, overwrite: bool) -> Path:
             raise FileNotFoundError(f"--resume: {run_dir} has no {CONFIG_FILE}; nothing to resume")
         from .config import load_config
 
-        old = load_config(saved).model_dump(mode="json")
+        old = _as_trained(load_config(saved).model_dump(mode="json"), saved)
         changed = [k for k in config_differences(old, cfg.model_dump(mode="json")) if k not in RESUME_MUTABLE]
         if changed:
             raise ValueError(f"--resume with a different config would not continue the same run; changed: "

@@ -147,3 +147,18 @@ def test_training_reads_each_document_on_its_own(tmp_path, model):
                 count += e - s - 1
     assert summary["eval"]["loss"] == pytest.approx(alone / count, rel=1e-5)
     assert abs(whole - alone) / alone > 1e-4  # reading across documents would give another number
+
+
+def test_a_run_saved_before_documents_existed_resumes_only_as_joined(tmp_path):
+    from assocmem.training.runlog import check_run_dir
+
+    cfg = _text_config(tmp_path, {"hf_config": TINY_LLAMA})
+    train(cfg)
+    saved = tmp_path / "runs" / "text" / "config.yaml"
+    raw = yaml.safe_load(saved.read_text())
+    del raw["data"]["documents"]  # as an older assocmem wrote it
+    saved.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ValueError, match=r"changed: \['data.documents'\]"):
+        check_run_dir(cfg, resume=True, overwrite=False)
+    joined = cfg.model_copy(update={"data": cfg.data.model_copy(update={"documents": "joined"})})
+    assert check_run_dir(joined, resume=True, overwrite=False) == tmp_path / "runs" / "text"
