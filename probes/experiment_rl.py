@@ -13,8 +13,9 @@ success rate, and do gradient balancing and scored self-distillation help?
         gradient-balanced      Dr. GRPO + dapo with g = g⁺ + ‖g⁺‖/(‖g⁻‖+ε) g⁻ (Nautile §4.3)
         self-distillation      keep A > 0, advantage-weighted CE, ``distill_epochs`` epochs per round (§4.4)
   3. held-out pass@1 of each final policy with ``run_tts`` (the ``probe tts`` code): ``samples``
-     completions per held-out problem at temperature 1, with a bootstrap interval; ‖g⁻‖/‖g⁺‖ per
-     round from the run's log.jsonl (measured for every method, also where it is not used).
+     completions per held-out problem at temperature 1, with a bootstrap interval; ‖g⁻‖/‖g⁺‖, the
+     samples' reward and the scale applied to g⁻ per round from the run's log.jsonl (‖g±‖ measured
+     for every method, also where they are not used), averaged per quarter of the run.
 
     assocmem probe rl-experiment --out runs/rl-experiment --seeds 0 1 2
     assocmem probe rl-experiment --lr 2e-4 --out runs/rl-experiment-lr2e-4 --seeds 0 1 2
@@ -127,21 +128,31 @@ def _held_out(model, cfg: RLExperimentConfig, seed: int) -> dict:
             "mean response tokens": report["mean response tokens"]}
 
 
-def _ratios(run_dir: Path) -> dict:
-    """‖g⁻‖/‖g⁺‖ per round, its mean over the first and last quarter, and the sampled tokens."""
+def quarters(rounds: int) -> list[tuple[int, int]]:
+    """The rounds (1-based, inclusive) of the four quarters of a run."""
+    edges = [round(rounds * i / 4) for i in range(5)]
+    return [(edges[i] + 1, edges[i + 1]) for i in range(4) if edges[i + 1] > edges[i]]
+
+
+def _ratios(run_dir: Path, rounds: int) -> dict:
+    """Per round ‖g⁻‖/‖g⁺‖, the reward, the scale applied to g⁻; their means per quarter of the run
+    (``quarters``); the held-out curve and the sampled tokens, from the run's log.jsonl."""
     from assocmem.training.runlog import read_log
 
-    train = [r for r in read_log(run_dir / "log.jsonl") if r["split"] == "train"]
-    ratio = [r["g_neg_over_g_pos"] for r in train]
-    q = max(1, len(train) // 4)
-    def mean(xs: list) -> float | None:  # rounds without a positive gradient (g⁺ = 0) have no ratio
-        kept = [x for x in xs if x is not None]
-        return float(np.mean(kept)) if kept else None
+    records = read_log(run_dir / "log.jsonl")
+    train = [r for r in records if r["split"] == "train"]
 
-    return {"ratio": ratio, "reward": [r["reward"] for r in train],
-            "eval": [(r["step"], r["pass@1"]) for r in read_log(run_dir / "log.jsonl") if r["split"] == "eval"],
-            "ratio_first": mean(ratio[:q]), "ratio_last": mean(ratio[-q:]),
-            "sampled_tokens": train[-1]["sampled_tokens"]}
+    def by_quarter(key: str) -> dict[str, float | None]:  # rounds without g⁺ (= 0) have no ratio
+        out = {}
+        for lo, hi in quarters(rounds):
+            kept = [r[key] for r in train[lo - 1:hi] if r[key] is not None]
+            out[f"{lo}-{hi}"] = float(np.mean(kept)) if kept else None
+        return out
+
+    return {"ratio": [r["g_neg_over_g_pos"] for r in train], "reward": [r["reward"] for r in train],
+            "eval": [(r["step"], r["pass@1"]) for r in records if r["split"] == "eval"],
+            "ratio_by_quarter": by_quarter("g_neg_over_g_pos"), "reward_by_quarter": by_quarter("reward"),
+            "scale_by_quarter": by_quarter("neg_scale"), "sampled_tokens": train[-1]["sampled_tokens"]}
 
 
 def run_seed(cfg: RLExperimentConfig, seed: int, out: Path) -> dict:
@@ -157,30 +168,40 @@ def run_seed(cfg: RLExperimentConfig, seed: int, out: Path) -> dict:
         rl_cfg = rl_config_from_dict(_rl_config(cfg, method, sft, seed, out / "runs"))
         train_rl(rl_cfg, overwrite=True)
         run_dir = out / "runs" / rl_cfg.name
-        results[method] = {**_held_out(load_pretrained(run_dir), cfg, seed), **_ratios(run_dir),
+        results[method] = {**_held_out(load_pretrained(run_dir), cfg, seed), **_ratios(run_dir, cfg.rounds),
                            "minutes": (time.time() - start) / 60}
     return results
 
 
 def summarize(per_seed: dict, cfg: RLExperimentConfig) -> dict:
+    """Mean and range over seeds: pass@1, sampled tokens, and per quarter of the run ‖g⁻‖/‖g⁺‖ and the
+    reward of the samples."""
     rows = {}
     for label in ["SFT", *cfg.methods]:
         runs = [r[label] for r in per_seed.values()]
-        rows[label] = {key: spread([r.get(key) for r in runs])
-                       for key in ("pass@1", "ratio_first", "ratio_last", "sampled_tokens", "mean response tokens")}
+        rows[label] = {key: spread([r.get(key) for r in runs]) for key in ("pass@1", "sampled_tokens")}
+        for key in ("ratio_by_quarter", "reward_by_quarter"):
+            if label != "SFT":
+                rows[label][key] = {span: spread([r[key][span] for r in runs]) for span in runs[0][key]}
     return {"rows": rows}
 
 
-def markdown_table(summary: dict, cfg: RLExperimentConfig) -> str:
-    def fmt(s, digits=3):
-        return "–" if s is None else f"{s['mean']:.{digits}f} [{s['min']:.{digits}f}, {s['max']:.{digits}f}]"
+def _fmt(s: dict | None, digits: int = 3) -> str:
+    return "–" if s is None else f"{s['mean']:.{digits}f} [{s['min']:.{digits}f}, {s['max']:.{digits}f}]"
 
-    lines = ["| policy | held-out pass@1 | ‖g⁻‖/‖g⁺‖ first rounds | ‖g⁻‖/‖g⁺‖ last rounds | sampled tokens |",
-             "|---|---|---|---|---|"]
+
+def markdown_table(summary: dict, cfg: RLExperimentConfig) -> str:
+    """Held-out pass@1 per policy, then ‖g⁻‖/‖g⁺‖ and the samples' reward per quarter of the run."""
+    spans = [f"{lo}-{hi}" for lo, hi in quarters(cfg.rounds)]
+    lines = ["| policy | held-out pass@1 | sampled tokens |", "|---|---|---|"]
     for label, r in summary["rows"].items():
         tokens = "–" if r["sampled_tokens"] is None else f"{r['sampled_tokens']['mean']:,.0f}"
-        lines.append(f"| {label} | {fmt(r['pass@1'])} | {fmt(r['ratio_first'], 2)} | {fmt(r['ratio_last'], 2)} | "
-                     f"{tokens} |")
+        lines.append(f"| {label} | {_fmt(r['pass@1'])} | {tokens} |")
+    for key, what in (("ratio_by_quarter", "‖g⁻‖/‖g⁺‖"), ("reward_by_quarter", "reward of the samples")):
+        lines += ["", f"| {what}, rounds | " + " | ".join(spans) + " |", "|---|" + "---|" * len(spans)]
+        for label in cfg.methods:
+            row = summary["rows"][label][key]
+            lines.append(f"| {label} | " + " | ".join(_fmt(row[s], 2) for s in spans) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -219,9 +240,11 @@ def seed_metrics(per_seed: dict, cfg: RLExperimentConfig) -> dict[int, dict[str,
         row = {"SFT pass@1": results["SFT"]["pass@1"]}
         for method in cfg.methods:
             r = results[method]
-            row.update({f"{method} pass@1": r["pass@1"], f"{method} g-/g+ first": r["ratio_first"],
-                        f"{method} g-/g+ last": r["ratio_last"], f"{method} sampled tokens": r["sampled_tokens"],
+            row.update({f"{method} pass@1": r["pass@1"], f"{method} sampled tokens": r["sampled_tokens"],
                         f"{method} minutes": r["minutes"]})
+            for key, name in (("ratio_by_quarter", "g-/g+"), ("reward_by_quarter", "reward"),
+                              ("scale_by_quarter", "g- scale")):
+                row.update({f"{method} {name} rounds {span}": v for span, v in r[key].items()})
         out[seed] = row
     return out
 

@@ -28,11 +28,13 @@ def test_micro_run_end_to_end(tmp_path):
                       ("Dr_GRPO_plus_dapo" if method == "Dr. GRPO + dapo" else method) / "log.jsonl")
                       if x["split"] == "train"]
             assert r["ratio"] == logged and len(logged) == 2
+            assert r["ratio_by_quarter"] == {"1-1": logged[0], "2-2": logged[1]}
             assert [s for s, _ in r["eval"]] == [0, 1, 2]
     row = stored["summary"]["rows"]["self-distillation"]["pass@1"]
     values = [out["per_seed_raw"][s]["self-distillation"]["pass@1"] for s in (0, 1)]
     assert row["mean"] == np.mean(values) and row["min"] == min(values)
-    assert "| self-distillation |" in markdown_table(stored["summary"], cfg)
+    table = markdown_table(stored["summary"], cfg)
+    assert "| self-distillation |" in table and "| ‖g⁻‖/‖g⁺‖, rounds | 1-1 | 2-2 |" in table
 
 
 def test_the_cli_writes_a_result_record(tmp_path, monkeypatch, capsys):
