@@ -451,6 +451,36 @@ def read_yaml(path: str | Path) -> Any:
         raise ConfigError(f"cannot read {path}: {err}") from None
 
 
+def read_config_mapping(path: str | Path, overrides: list[str] | None = None, *, example: str) -> dict:
+    """A YAML mapping from ``path`` with plain ``--set key.sub=value`` overrides applied (values parsed as
+    YAML, missing or null sections created) and ``name`` defaulting to the file's stem; for the configs
+    that validate the whole mapping themselves (distill, rl). ``example`` shows a valid override in the
+    error for one without ``=``."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    data = read_yaml(path)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a config must be a YAML mapping, got {type(data).__name__}")
+    for item in overrides or []:
+        if "=" not in item:
+            raise ConfigError(f"--set expects key=value (e.g. {example}), got {item!r}")
+        dotted, raw = item.split("=", 1)
+        node = data
+        *sections, key = [p for p in dotted.strip().split(".") if p] or [""]
+        for part in sections:
+            if node.get(part) is None:  # absent or null section
+                node[part] = {}
+            node = node[part]
+            if not isinstance(node, dict):
+                raise ConfigError(f"--set {dotted}: {part} is not a section")
+        if not key:
+            raise ConfigError(f"--set has an empty key in {item!r}")
+        node[key] = yaml.safe_load(raw)
+    data.setdefault("name", path.stem)
+    return data
+
+
 def config_from_dict(data: dict) -> TrainConfig:
     """Validate a raw dict (unknown keys -> ConfigError listing the allowed keys)."""
     check_keys(TrainConfig, data)

@@ -75,3 +75,23 @@ def test_bad_set_overrides(item, match):
 def test_load_config_applies_overrides(write_config):
     cfg = load_config(write_config("x"), ["train.steps=3"])
     assert cfg.train.steps == 3 and isinstance(cfg, TrainConfig)
+
+
+def test_read_config_mapping_applies_overrides_and_names_the_problem(tmp_path):
+    """The reader of the distill and rl configs: YAML values, null sections filled, name from the stem;
+    a path through a value, an empty key and an override without '=' are refused by name."""
+    from assocmem.training.config import read_config_mapping
+
+    path = tmp_path / "exp.yaml"
+    path.write_text("loss: null\ntrain: {steps: 3}\n")
+    data = read_config_mapping(path, ["loss.beta=0.04", "train.lrs=[1, 2]", "name=run"], example="loss.beta=0.04")
+    assert data == {"loss": {"beta": 0.04}, "train": {"steps": 3, "lrs": [1, 2]}, "name": "run"}
+    assert read_config_mapping(path, [], example="x=1")["name"] == "exp"
+    with pytest.raises(ConfigError, match=r"--set train.steps.x: steps is not a section"):
+        read_config_mapping(path, ["train.steps.x=1"], example="x=1")
+    with pytest.raises(ConfigError, match="empty key"):
+        read_config_mapping(path, ["=1"], example="x=1")
+    with pytest.raises(ConfigError, match=r"key=value \(e.g. loss.beta=0.04\)"):
+        read_config_mapping(path, ["loss.beta"], example="loss.beta=0.04")
+    with pytest.raises(ConfigError, match="config file not found"):
+        read_config_mapping(tmp_path / "missing.yaml", [], example="x=1")

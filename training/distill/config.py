@@ -21,7 +21,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from ..config import ConfigError, DataConfig, OptimConfig, TrainLoopConfig, check_run_name, read_yaml
+from ..config import ConfigError, DataConfig, OptimConfig, TrainLoopConfig, check_run_name, read_config_mapping
 
 
 class _Strict(BaseModel):
@@ -137,18 +137,6 @@ class DistillConfig(_Strict):
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
 
 
-def _set(data: dict, dotted: str, value) -> None:
-    node = data
-    *path, key = [p for p in dotted.split(".") if p]
-    for part in path:
-        if node.get(part) is None:  # absent or null section
-            node[part] = {}
-        node = node[part]
-        if not isinstance(node, dict):
-            raise ConfigError(f"--set {dotted}: {part} is not a section")
-    node[key] = value
-
-
 def distill_config_from_dict(data: dict) -> DistillConfig:
     try:
         return DistillConfig.model_validate(data)
@@ -160,16 +148,4 @@ def distill_config_from_dict(data: dict) -> DistillConfig:
 def load_distill_config(path: str | Path, overrides: list[str] | None = None) -> DistillConfig:
     """Read a YAML DistillConfig, apply ``key.sub=value`` overrides (values parsed as YAML) and validate;
     ``name`` defaults to the file's stem."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"distill config file not found: {path}")
-    data = read_yaml(path)
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: a distill config must be a YAML mapping, got {type(data).__name__}")
-    for item in overrides or []:
-        if "=" not in item:
-            raise ConfigError(f"--set expects key=value (e.g. stage3.temperature=2), got {item!r}")
-        dotted, raw = item.split("=", 1)
-        _set(data, dotted.strip(), yaml.safe_load(raw))
-    data.setdefault("name", path.stem)
-    return distill_config_from_dict(data)
+    return distill_config_from_dict(read_config_mapping(path, overrides, example="stage3.temperature=2"))

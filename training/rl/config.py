@@ -15,13 +15,13 @@ Every section refuses unknown keys and every float must be finite; errors name t
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Literal, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..config import (ChainSumData, ConfigError, GraphPathData, ModelConfig, ModularData, NeedleData, OptimConfig,
-                      check_run_name, read_yaml)
+                      check_run_name, read_config_mapping)
 
 
 class _Strict(BaseModel):
@@ -114,16 +114,6 @@ class RLConfig(_Strict):
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
 
 
-def _set(data: dict, dotted: str, value: Any) -> None:
-    node = data
-    *path, key = dotted.split(".")
-    for part in path:
-        node = node.setdefault(part, {})
-        if not isinstance(node, dict):
-            raise ConfigError(f"--set {dotted}: {part} is not a section")
-    node[key] = value
-
-
 def _where(loc: tuple) -> str:
     """Dotted field of a pydantic error location (the data union's tag, e.g. ``chain_sum``, left out)."""
     parts = [str(p) for p in loc]
@@ -144,16 +134,4 @@ def rl_config_from_dict(data: dict) -> RLConfig:
 def load_rl_config(path: str | Path, overrides: list[str] | None = None) -> RLConfig:
     """Read a YAML RLConfig, apply ``--set key=value`` (values parsed as YAML) and validate; name
     defaults to the file stem."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file not found: {path}")
-    data = read_yaml(path)
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: a config must be a YAML mapping, got {type(data).__name__}")
-    for item in overrides or []:
-        if "=" not in item:
-            raise ConfigError(f"--set expects key=value (e.g. loss.beta=0.04), got {item!r}")
-        key, raw = item.split("=", 1)
-        _set(data, key.strip(), yaml.safe_load(raw))
-    data.setdefault("name", path.stem)
-    return rl_config_from_dict(data)
+    return rl_config_from_dict(read_config_mapping(path, overrides, example="loss.beta=0.04"))
