@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Callable
 
 import yaml
 
@@ -84,10 +85,22 @@ def _as_trained(old: dict, saved: Path) -> dict:
 
 
 def check_run_dir(cfg: TrainConfig, *, resume: bool, overwrite: bool) -> Path:
-    """The run folder of ``cfg``, checked without touching the disk. Rank 0 only.
+    """The run folder of ``cfg``, checked without touching the disk. Rank 0 only (``check_run_folder``
+    with the training config's RESUME_MUTABLE)."""
+    from .config import load_config
+
+    return check_run_folder(cfg, resume=resume, overwrite=overwrite, mutable=RESUME_MUTABLE,
+                            saved_config=lambda saved: _as_trained(load_config(saved).model_dump(mode="json"), saved))
+
+
+def check_run_folder(cfg, *, resume: bool, overwrite: bool, mutable: set[str],
+                     saved_config: Callable[[Path], dict]) -> Path:
+    """The run folder ``cfg.output_dir / cfg.name`` of any run config (training, rl), checked without
+    touching the disk. Rank 0 only.
 
     Fresh run: the folder must be absent or empty, or (overwrite) a recognised run folder.
-    Resume: the folder must hold a config.yaml that differs from ``cfg`` only in RESUME_MUTABLE.
+    Resume: the folder's config.yaml, read by ``saved_config`` (a dict as ``cfg.model_dump(mode="json")``),
+    may differ from ``cfg`` only in the dotted fields of ``mutable``.
     """
     if cfg.name is None:
         raise ValueError("the config has no name; set name: (or pass a config file, whose stem is used)")
@@ -101,13 +114,10 @@ def check_run_dir(cfg: TrainConfig, *, resume: bool, overwrite: bool) -> Path:
         saved = run_dir / CONFIG_FILE
         if not saved.is_file():
             raise FileNotFoundError(f"--resume: {run_dir} has no {CONFIG_FILE}; nothing to resume")
-        from .config import load_config
-
-        old = _as_trained(load_config(saved).model_dump(mode="json"), saved)
-        changed = [k for k in config_differences(old, cfg.model_dump(mode="json")) if k not in RESUME_MUTABLE]
+        changed = [k for k in config_differences(saved_config(saved), cfg.model_dump(mode="json")) if k not in mutable]
         if changed:
             raise ValueError(f"--resume with a different config would not continue the same run; changed: "
-                             f"{changed} (only {sorted(RESUME_MUTABLE)} may change)")
+                             f"{changed} (only {sorted(mutable)} may change)")
     elif run_dir.is_symlink() or (run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir()))):
         if not overwrite:
             raise FileExistsError(f"run folder {run_dir} already exists; choose another name (--set name=...), "

@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 
 from ..config import ConfigError
-from ..runlog import CONFIG_FILE, LOG_FILE, config_differences, run_folder_problem
+from ..runlog import CONFIG_FILE, LOG_FILE, check_run_folder, run_folder_problem
 from .config import RLConfig
 
 RESUME_MUTABLE = {"name", "output_dir", "train.steps", "train.eval_every", "train.log_every", "train.checkpoint_every",
@@ -22,34 +22,17 @@ RESUME_MUTABLE = {"name", "output_dir", "train.steps", "train.eval_every", "trai
 
 
 def check_rl_run_dir(cfg: RLConfig, *, resume: bool, overwrite: bool) -> Path:
-    """The run folder of ``cfg``, checked without touching the disk (rank 0)."""
-    if cfg.name is None:
-        raise ValueError("the config has no name; set name: (or pass a config file, whose stem is used)")
-    if resume and overwrite:
-        raise ValueError("--resume and --overwrite exclude each other")
-    run_dir = Path(cfg.output_dir) / cfg.name
-    if resume:
-        saved = run_dir / CONFIG_FILE
-        if not saved.is_file():
-            raise FileNotFoundError(f"--resume: {run_dir} has no {CONFIG_FILE}; nothing to resume")
-        from .config import load_rl_config
+    """The run folder of ``cfg``, checked without touching the disk (rank 0; ``runlog.check_run_folder``)."""
+    return check_run_folder(cfg, resume=resume, overwrite=overwrite, mutable=RESUME_MUTABLE, saved_config=_saved_rl_config)
 
-        try:
-            old = load_rl_config(saved).model_dump(mode="json")
-        except ConfigError as err:
-            raise ValueError(f"--resume: {saved} is not an RL config ({err})") from None
-        changed = [k for k in config_differences(old, cfg.model_dump(mode="json")) if k not in RESUME_MUTABLE]
-        if changed:
-            raise ValueError(f"--resume with a different config would not continue the same run; changed: {changed} "
-                             f"(only {sorted(RESUME_MUTABLE)} may change)")
-    elif run_dir.is_symlink() or (run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir()))):
-        if not overwrite:
-            raise FileExistsError(f"run folder {run_dir} already exists; choose another name (--set name=...), "
-                                  f"continue it with --resume, or replace it with --overwrite")
-        problem = run_folder_problem(run_dir)
-        if problem is not None:
-            raise FileExistsError(f"--overwrite deletes only a run folder; {problem}, so {run_dir} is left as it is")
-    return run_dir
+
+def _saved_rl_config(saved: Path) -> dict:
+    from .config import load_rl_config
+
+    try:
+        return load_rl_config(saved).model_dump(mode="json")
+    except ConfigError as err:
+        raise ValueError(f"--resume: {saved} is not an RL config ({err})") from None
 
 
 def create_rl_run_dir(cfg: RLConfig, run_dir: Path, *, overwrite: bool) -> None:
