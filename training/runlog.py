@@ -19,6 +19,7 @@ once the data and model are built (``create_run_dir``): a run that fails before 
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 from typing import Callable
@@ -181,6 +182,18 @@ class RunLog:
 
 
 # ---------------------------------------------------------------- PNG
+def plain_log_labels(axis, values) -> None:
+    """On a log axis whose positive ``values`` span less than a decade, matplotlib labels the minor
+    ticks in mathtext (4×10⁰, 5×10⁰, ...); label every tick as a plain number instead (4, 4.5, ...)."""
+    import matplotlib.ticker
+
+    positive = [float(v) for v in values if v is not None and math.isfinite(v) and v > 0]
+    if positive and max(positive) / min(positive) < 10:
+        plain = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:.3g}")
+        axis.set_major_formatter(plain)
+        axis.set_minor_formatter(plain)
+
+
 def plot_curves(run_dir: str | Path) -> Path:
     """Train/eval loss and accuracy against step from log.jsonl -> curves.png."""
     import matplotlib
@@ -197,6 +210,7 @@ def plot_curves(run_dir: str | Path) -> Path:
         axes[0].plot(steps, [r["loss"] for r in rows], style, label=split, markersize=3)
         axes[1].plot(steps, [r["accuracy"] for r in rows], style, label=split, markersize=3)
     axes[0].set(xlabel="step", ylabel="loss (supervised positions)", yscale="log")
+    plain_log_labels(axes[0].yaxis, [r["loss"] for r in records if "loss" in r])
     axes[1].set(xlabel="step", ylabel="accuracy (supervised positions)", ylim=(0, 1))
     for ax in axes:
         ax.grid(alpha=0.3)
