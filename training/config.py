@@ -23,15 +23,12 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from .config_files import ConfigError, put_value, read_mapping, split_override
 from .grad_transforms import GradTransformConfig
 from .verifiable import ChainSum, GraphPath, Modular, Needle
 
 if TYPE_CHECKING:
     from assocmem.models import HybridConfig
-
-
-class ConfigError(ValueError):
-    """A config file or override that does not validate (the message says where and why)."""
 
 
 class _Strict(BaseModel):
@@ -410,14 +407,7 @@ def set_values(data: dict, values: dict[str, Any]) -> dict:
         if cls is not None and key not in cls.model_fields:
             raise ConfigError(f"unknown key config.{dotted}; allowed keys in {cls.__name__}: "
                               f"{', '.join(cls.model_fields)}")
-        node = out
-        for part in path[:-1]:
-            if node.get(part) is None:  # absent or null section
-                node[part] = {}
-            node = node[part]
-            if not isinstance(node, dict):
-                raise ConfigError(f"{dotted}: {part} is not a section")
-        node[key] = value
+        put_value(out, path, value, where=dotted)
     return out
 
 
@@ -429,58 +419,13 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
     """
     out = data
     for item in overrides:
-        if "=" not in item:
-            raise ConfigError(f"--set expects key=value (e.g. optim.lr=1e-3), got {item!r}")
-        dotted, raw = item.split("=", 1)
-        path = [p for p in dotted.strip().split(".") if p]
-        if not path:
-            raise ConfigError(f"--set has an empty key in {item!r}")
+        dotted, path, raw = split_override(item, "optim.lr=1e-3")
         cls, key = _target_class(path, out)
-        out = set_values(out, {dotted.strip(): _parse_value(cls, key, raw.strip())})
+        out = set_values(out, {dotted: _parse_value(cls, key, raw.strip())})
     return yaml.safe_load(yaml.safe_dump(out)) if out is data else out
 
 
 # ---------------------------------------------------------------- loading
-def read_yaml(path: str | Path) -> Any:
-    """``yaml.safe_load`` of a file; unreadable files and YAML syntax errors raise ConfigError with the place."""
-    try:
-        return yaml.safe_load(Path(path).read_text())
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{path} is not valid YAML: {err}") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise ConfigError(f"cannot read {path}: {err}") from None
-
-
-def read_config_mapping(path: str | Path, overrides: list[str] | None = None, *, example: str) -> dict:
-    """A YAML mapping from ``path`` with plain ``--set key.sub=value`` overrides applied (values parsed as
-    YAML, missing or null sections created) and ``name`` defaulting to the file's stem; for the configs
-    that validate the whole mapping themselves (distill, rl). ``example`` shows a valid override in the
-    error for one without ``=``."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file not found: {path}")
-    data = read_yaml(path)
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: a config must be a YAML mapping, got {type(data).__name__}")
-    for item in overrides or []:
-        if "=" not in item:
-            raise ConfigError(f"--set expects key=value (e.g. {example}), got {item!r}")
-        dotted, raw = item.split("=", 1)
-        node = data
-        *sections, key = [p for p in dotted.strip().split(".") if p] or [""]
-        for part in sections:
-            if node.get(part) is None:  # absent or null section
-                node[part] = {}
-            node = node[part]
-            if not isinstance(node, dict):
-                raise ConfigError(f"--set {dotted}: {part} is not a section")
-        if not key:
-            raise ConfigError(f"--set has an empty key in {item!r}")
-        node[key] = yaml.safe_load(raw)
-    data.setdefault("name", path.stem)
-    return data
-
-
 def config_from_dict(data: dict) -> TrainConfig:
     """Validate a raw dict (unknown keys -> ConfigError listing the allowed keys)."""
     check_keys(TrainConfig, data)
@@ -493,11 +438,6 @@ def config_from_dict(data: dict) -> TrainConfig:
 def load_config(path: str | Path, overrides: list[str] | None = None) -> TrainConfig:
     """Read a YAML config, apply ``--set`` overrides and validate; name defaults to the file stem."""
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file not found: {path}")
-    data = read_yaml(path)
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: a config must be a YAML mapping, got {type(data).__name__}")
-    data = apply_overrides(data, overrides or [])
+    data = apply_overrides(read_mapping(path), overrides or [])
     data.setdefault("name", path.stem)
     return config_from_dict(data)

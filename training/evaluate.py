@@ -12,7 +12,8 @@ from pathlib import Path
 import torch
 
 from . import checkpoint as ckpt
-from .config import ConfigError, apply_overrides, config_from_dict, read_yaml
+from .config import ConfigError, apply_overrides, config_from_dict
+from .config_files import read_yaml
 from .data import build_datasets, data_vocab_size
 from .distributed import init_distributed, shutdown
 from .metrics import evaluate

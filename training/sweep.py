@@ -26,7 +26,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .config import ConfigError, TrainConfig, apply_overrides, config_from_dict, read_yaml, set_values
+from .config import ConfigError, TrainConfig, apply_overrides, config_from_dict, set_values
+from .config_files import read_yaml
 from .runlog import CONFIG_FILE, SUMMARY_FILE
 
 

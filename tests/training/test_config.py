@@ -80,7 +80,7 @@ def test_load_config_applies_overrides(write_config):
 def test_read_config_mapping_applies_overrides_and_names_the_problem(tmp_path):
     """The reader of the distill and rl configs: YAML values, null sections filled, name from the stem;
     a path through a value, an empty key and an override without '=' are refused by name."""
-    from assocmem.training.config import read_config_mapping
+    from assocmem.training.config_files import read_config_mapping
 
     path = tmp_path / "exp.yaml"
     path.write_text("loss: null\ntrain: {steps: 3}\n")

@@ -21,7 +21,8 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from ..config import ConfigError, DataConfig, OptimConfig, TrainLoopConfig, check_run_name, read_config_mapping
+from ..config import ConfigError, DataConfig, OptimConfig, TrainLoopConfig, check_run_name
+from ..config_files import read_config_mapping
 
 
 class _Strict(BaseModel):

@@ -21,7 +21,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..config import (ChainSumData, ConfigError, GraphPathData, ModelConfig, ModularData, NeedleData, OptimConfig,
-                      check_run_name, read_config_mapping)
+                      check_run_name)
+from ..config_files import read_config_mapping
 
 
 class _Strict(BaseModel):

@@ -1,0 +1,73 @@
+"""Config files, whatever the config: a YAML mapping read with clear errors (``read_yaml``,
+``read_mapping``), ``--set key.sub=value`` overrides split and put into the raw mapping
+(``split_override``, ``put_value``), and ``read_config_mapping`` for the configs that validate the
+whole mapping themselves (distill, rl). ``config.py`` adds TrainConfig's typed overrides on top.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A config file or override that does not validate (the message says where and why)."""
+
+
+def read_yaml(path: str | Path) -> Any:
+    """``yaml.safe_load`` of a file; unreadable files and YAML syntax errors raise ConfigError with the place."""
+    try:
+        return yaml.safe_load(Path(path).read_text())
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path} is not valid YAML: {err}") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"cannot read {path}: {err}") from None
+
+
+def read_mapping(path: Path) -> dict:
+    """The YAML mapping in the config file ``path`` (a missing file or another YAML value raise ConfigError)."""
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    data = read_yaml(path)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a config must be a YAML mapping, got {type(data).__name__}")
+    return data
+
+
+def read_config_mapping(path: str | Path, overrides: list[str] | None = None, *, example: str) -> dict:
+    """A YAML mapping from ``path`` with plain ``--set key.sub=value`` overrides applied (values parsed as
+    YAML, missing or null sections created) and ``name`` defaulting to the file's stem; for the configs
+    that validate the whole mapping themselves (distill, rl). ``example`` shows a valid override in the
+    error for one without ``=``."""
+    path = Path(path)
+    data = read_mapping(path)
+    for item in overrides or []:
+        dotted, keys, raw = split_override(item, example)
+        put_value(data, keys, yaml.safe_load(raw), where=f"--set {dotted}")
+    data.setdefault("name", path.stem)
+    return data
+
+
+def put_value(data: dict, path: list[str], value: Any, *, where: str) -> None:
+    """``data[path[0]]...[path[-1]] = value``, creating absent or null sections; ``where`` names the key
+    in the error for a path through a value."""
+    node = data
+    for part in path[:-1]:
+        if node.get(part) is None:  # absent or null section
+            node[part] = {}
+        node = node[part]
+        if not isinstance(node, dict):
+            raise ConfigError(f"{where}: {part} is not a section")
+    node[path[-1]] = value
+
+
+def split_override(item: str, example: str) -> tuple[str, list[str], str]:
+    """``"a.b=raw"`` -> ("a.b", ["a", "b"], "raw"); no ``=`` or an empty key raise ConfigError."""
+    if "=" not in item:
+        raise ConfigError(f"--set expects key=value (e.g. {example}), got {item!r}")
+    dotted, raw = item.split("=", 1)
+    path = [p for p in dotted.strip().split(".") if p]
+    if not path:
+        raise ConfigError(f"--set has an empty key in {item!r}")
+    return dotted.strip(), path, raw
