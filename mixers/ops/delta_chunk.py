@@ -80,8 +80,9 @@ __all__ = ["DeltaInputs", "chunk_scalar_decay", "chunk_key_decay", "chunk_low_ra
 # tokens per group of chunks (groups.py); the [N, BH, C, C] and C³ terms here are smaller per token than
 # the hebbian form's, and 2048 measured fastest at T = 2048 and 8192 (K = 64, C = 32; 1024: 5-25 % slower)
 GROUP_TOKENS = 2048
-# the autograd Functions run eagerly inside a compiled form (compiled.py: their in-place loops would be traced as copies)
-_solve, _carry = island(UnitLowerSolve.apply), island(Carry.apply)
+# the autograd Functions and the no-grad carry run eagerly inside a compiled form (compiled.py: their in-place
+# loops would be traced as copies)
+_solve, _carry, _carry_read = island(UnitLowerSolve.apply), island(Carry.apply), island(carry_read)
 _SUB_CHUNK = 16  # per-key decay: largest sub-chunk (a divisor of chunk_size) with explicit [s, s, K] decays
 
 
@@ -139,10 +140,12 @@ def chunk_scalar_decay(x: DeltaInputs, C: int, *, erase_reads_decayed: bool = Tr
     [B, H, K, V]; o_t = S_tᵀ (scale · q_t). Returns o [B, T, H, V] and the final state [B, H, K, V].
     log_alpha is raised to the dtype's underflow floor (``decay.floor_log_decay``: same α, finite
     exponents). When no gradient is recorded the chunked copies are overwritten in place (same values),
-    except when compiled (``compiled.py``: inductor plans the buffers).
+    except when compiled (``compiled.py``: inductor plans the buffers); either way the carry then reads
+    the state as it goes (``carry_read``), with the decay folded (``fold_plan``) when not compiled.
     """
-    in_place = not compile and not records_grad(x.q, x.k, x.v, x.log_alpha, x.beta, x.state)
-    group = functools.partial(_scalar_decay_group, in_place=in_place, erase_reads_decayed=erase_reads_decayed)
+    grad = records_grad(x.q, x.k, x.v, x.log_alpha, x.beta, x.state)
+    group = functools.partial(_scalar_decay_group, in_place=not compile and not grad, grad=grad,
+                              erase_reads_decayed=erase_reads_decayed)
     return _over_groups(group, x._replace(log_alpha=floor_log_decay(x.log_alpha)), C, compile)
 
 
@@ -161,10 +164,12 @@ def _erase_decay(A: torch.Tensor, D: torch.Tensor, in_place: bool, erase_reads_d
 
 
 def _scalar_decay_group(q, k, v, log_alpha, beta, S, scale: float, C: int, *, in_place: bool = False,
-                        erase_reads_decayed: bool = True):
+                        grad: bool = True, erase_reads_decayed: bool = True):
     """``chunk_scalar_decay`` on one group of tokens; S: [BH, K, V]. Returns o [B, N, C, H, V] and S.
 
-    in_place: overwrite the chunked copies and intermediates (forward without autograd).
+    in_place: overwrite the chunked copies and intermediates (forward without autograd, eager). grad: a
+    gradient is recorded (the carry keeps its states for the backward); without, the carry reads the state
+    as it goes (``carry_read``; its decay folded when in_place).
     """
     B = q.shape[0]
     q, k, v = (chunks(x, C).flatten(1, 2) for x in (q, k, v))  # (N, BH, C, K|V), fresh copies
@@ -180,7 +185,8 @@ def _scalar_decay_group(q, k, v, log_alpha, beta, S, scale: float, C: int, *, in
         # D_ts = e^{g_t − g_s} for s ≤ t, each exponent a float64 difference rounded once (decay.py), so it is
         # accurate relative to its own size whatever decay came before; 1 above the diagonal: the solve reads
         # only the strictly lower part of A, and P is made causal by tril_
-        D = segment_sums(la).exp_()  # (N, BH, C, C)
+        D = segment_sums(la)  # (N, BH, C, C)
+        D = D.exp_() if in_place else D.exp()  # (an in-place exp of the island's output would be traced as a copy)
         A = _erase_decay(A, D, in_place, erase_reads_decayed)  # A = diag(β) (K Kᵀ ⊙ D) (joint: D shifted a row)
         P = scaled(P, D, in_place)  # P = (Q Kᵀ) ⊙ D
         del D  # every [N, BH, ·, ·] intermediate is dropped as soon as it is used up (a smaller heap to fault in)
@@ -198,8 +204,8 @@ def _scalar_decay_group(q, k, v, log_alpha, beta, S, scale: float, C: int, *, in
     U, W = _solve(A, scaled(v, beta, in_place), k_beta)  # (N, BH, C, V), (N, BH, C, K)
     del A, v, k_beta
     # 2. sequential over chunks: u = U − W S_[n], the state carry (eq. 3) and 3. the read (eq. 2)
-    if in_place:
-        o, S = carry_read(U, W, k, q, P, a, S, plan)  # (N, BH, C, V), u overwrites U
+    if not grad:
+        o, S = _carry_read(U, W, k, q, P, a, S, plan)  # (N, BH, C, V), u overwrites U
     else:
         starts, u, S = _carry(U, W, k, a, S)
         o = torch.baddbmm((P @ u).flatten(0, 1), q.flatten(0, 1), starts.flatten(0, 1)).view(u.shape)  # (N, BH, C, V)

@@ -14,6 +14,11 @@ family runs on the bench's inputs (B=1, H=4, K=V=64, fp32 by default):
        copies               copy_, clone, pad, cat, stack, index: data moved, no FLOPs
        elementwise          exp, mul, cumsum, tril, clamp, reductions: every other op that
                             computes
+       fused kernels        the C++/OpenMP (CPU) or Triton (GPU) kernels inductor generated for a
+                            compiled form (``--compiled``, and the scan form, which is always
+                            compiled), each reported by its generated name (``graph_<n>_cpp_fused_
+                            <the ops it fuses>_<k>``): the products it leaves to aten
+                            (bmm, solve) are still counted as products above
        views, allocation,   the ops that move no data (``NO_WORK_OPS``)
        dispatch
 
@@ -27,13 +32,22 @@ family runs on the bench's inputs (B=1, H=4, K=V=64, fp32 by default):
 5. the form's share of the fp32 matmul peak (measured in the same run) at its nominal
    FLOPs (``forms.chunk_flops``), and that share if everything but the products took
    no time: the ceiling of a design that keeps these products and fuses the rest away.
+
+A compiled form is profiled with inductor's kernel profiling on (``cpp.enable_kernel_profile``,
+set only while the breakdown runs), so each generated kernel shows as its own event; its first call
+(which compiles) is timed on its own and reported as ``compile_s``, and the longest kernels are
+listed by name (``kernels``).
 """
 from __future__ import annotations
 
+import contextlib
 import math
+import re
 import statistics
+import time
 from collections import defaultdict
 from dataclasses import asdict, dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -61,8 +75,12 @@ NO_WORK_OPS = frozenset({
     "aten::ones", "aten::eye", "aten::arange", "aten::scalar_tensor", "aten::tensor", "aten::detach_"})
 REST = "views, allocation, dispatch"
 FUSED = "fused attention (sdpa)"
-KINDS = ("matmul, per-chunk", "matmul, batched", "triangular solve", FUSED, "copies", "elementwise", REST)
-COMPILED_FORMS = frozenset({"scan"})  # generated kernels: the profiler does not split them into ops
+GENERATED = "fused kernels (inductor)"
+KINDS = ("matmul, per-chunk", "matmul, batched", "triangular solve", FUSED, GENERATED, "copies", "elementwise", REST)
+ALWAYS_COMPILED = frozenset({"scan"})  # forms whose op is torch.compile'd whether or not --compiled is given
+# inductor's kernel events (cpp.enable_kernel_profile): graph_<n>_cpp_fused_..., or a Triton kernel's name
+_GENERATED_KERNEL = re.compile(r"^(graph_\d+_)?(cpp_fused_|triton_)")
+TOP_KERNELS = 8  # generated kernels listed by name
 
 
 @dataclass
@@ -86,8 +104,15 @@ def product_flops(name: str, shapes: list) -> float:
     return 2.0 * batch * a[-2] * a[-1] * b[-1]
 
 
+def is_generated_kernel(name: str) -> bool:
+    """Whether a profiler event is a kernel inductor generated (a compiled form's fused code)."""
+    return _GENERATED_KERNEL.match(name) is not None
+
+
 def kind_of(name: str, shapes: list, BH: int) -> str:
     """The kind of an op (module docstring); BH: the batch of a per-chunk product."""
+    if is_generated_kernel(name):
+        return GENERATED
     if name in MATMUL_OPS:  # every operand of a batched product (and baddbmm's self) has the batch first
         first = next((s for s in shapes if isinstance(s, (list, tuple)) and len(s) == 3), None)
         return "matmul, per-chunk" if first is not None and first[0] == BH else "matmul, batched"
@@ -101,51 +126,84 @@ def kind_of(name: str, shapes: list, BH: int) -> str:
 
 
 def _profile_one(call, BH: int):
-    """One call under the profiler -> its aten events as (kind, self µs, product FLOPs, own op),
-    own op False for an op that a product called (counted in the product's time, not as an op)."""
+    """One call under the profiler -> its aten and generated-kernel events as (kind, self µs, product
+    FLOPs, own op, name), own op False for an op that a product called (counted in the product's time,
+    not as an op)."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
         call()
     out = []
     for ev in prof.events():
-        if not ev.name.startswith("aten::"):
+        if not ev.name.startswith("aten::") and not is_generated_kernel(ev.name):
             continue
         owner = ev.cpu_parent if ev.cpu_parent is not None and ev.cpu_parent.name in MATMUL_OPS else ev
         shapes = list(ev.input_shapes or [])
         kind = kind_of(owner.name, list(owner.input_shapes or []), BH)
         fl = product_flops(ev.name, shapes) if ev.name in MATMUL_OPS else 0.0
-        out.append((kind, ev.self_cpu_time_total, fl, owner is ev))
+        out.append((kind, ev.self_cpu_time_total, fl, owner is ev, ev.name))
     return out
 
 
-def profile_kinds(call, calls: int, BH: int) -> tuple[dict[str, float], dict[str, int], dict[str, float]]:
-    """Per call: the median self time (µs) over ``calls`` profiled calls, the op count and the
-    product FLOPs of each kind (module docstring, step 2)."""
+class Profiled(NamedTuple):
+    """Per call, over the profiled calls: median self µs, op count and product FLOPs of each kind,
+    and the median self µs of each generated kernel (by name)."""
+    us: dict[str, float]
+    count: dict[str, int]
+    flops: dict[str, float]
+    kernel_us: dict[str, float]
+
+
+def profile_kinds(call, calls: int, BH: int) -> Profiled:
+    """``Profiled`` of ``calls`` profiled calls (module docstring, step 2)."""
     _profile_one(call, BH)  # the profiler's first call runs 2-3x slower
     per_call = [_profile_one(call, BH) for _ in range(calls)]
     us: dict[str, list[float]] = defaultdict(list)
+    kernels: dict[str, list[float]] = defaultdict(list)
     for events in per_call:
-        totals = defaultdict(float)
-        for kind, t, *_ in events:
+        totals, by_name = defaultdict(float), defaultdict(float)
+        for kind, t, _, _, name in events:
             totals[kind] += t
+            if kind == GENERATED:
+                by_name[name] += t
         for kind in KINDS:
             us[kind].append(totals[kind])
-    count = {kind: sum(1 for k, _, _, own in per_call[0] if k == kind and own) for kind in KINDS}
-    flops = {kind: sum(fl for k, _, fl, _ in per_call[0] if k == kind) for kind in KINDS}
-    return {kind: statistics.median(ts) for kind, ts in us.items()}, count, flops
+        for name in {n for ev in per_call for *_, n in ev if is_generated_kernel(n)}:
+            kernels[name].append(by_name[name])
+    count = {kind: sum(1 for k, _, _, own, _ in per_call[0] if k == kind and own) for kind in KINDS}
+    flops = {kind: sum(fl for k, _, fl, _, _ in per_call[0] if k == kind) for kind in KINDS}
+    return Profiled({kind: statistics.median(ts) for kind, ts in us.items()}, count, flops,
+                    {name: statistics.median(ts) for name, ts in kernels.items()})
+
+
+def kernel_profiling(on: bool):
+    """A context in which inductor compiles its kernels with profiler events (``on``), else a no-op."""
+    if not on:
+        return contextlib.nullcontext()
+    import torch._inductor.config as inductor_config
+
+    return inductor_config.patch({"cpp.enable_kernel_profile": True})
 
 
 def breakdown(family: str, *, form: str = "auto", T: int = 2048, B: int = 1, H: int = 4, K: int = 64, V: int = 64,
               chunk_size: int | None = None, mode: str = "fwd", repeats: int = 11, profiled_calls: int = 5,
-              peak: float | None = None) -> dict:
-    """The breakdown of one form's call (module docstring) as a JSON-ready dict."""
+              peak: float | None = None, compiled: bool = False) -> dict:
+    """The breakdown of one form's call (module docstring) as a JSON-ready dict.
+
+    compiled: the form's compiled variant (``lower(spec, form, compile=True)``; a form without one is
+    refused by ``lower``), its generated kernels profiled by name. Kernels compiled earlier in the same
+    process carry no profiler events (the report then says so): the CLI runs in a fresh process.
+    """
     spec = get_preset(family)
     family = ALIASES.get(family, family)
-    lowered = lower(spec, form)
-    if lowered.name in COMPILED_FORMS:
-        raise ValueError(f"the {lowered.name!r} form of {family} runs torch.compile'd kernels, which the profiler "
-                         f"does not split into ops; time it with `assocmem bench mixers`, or profile --form recurrent")
+    lowered = lower(spec, form, compile=compiled)
+    with kernel_profiling(compiled or lowered.name in ALWAYS_COMPILED):
+        return _breakdown(spec, family, lowered, T=T, B=B, H=H, K=K, V=V, chunk_size=chunk_size, mode=mode,
+                          repeats=repeats, profiled_calls=profiled_calls, peak=peak)
+
+
+def _breakdown(spec, family: str, lowered, *, T, B, H, K, V, chunk_size, mode, repeats, profiled_calls, peak) -> dict:
+    """``breakdown`` of the lowered form ``lowered`` (steps 1-5 of the module docstring)."""
     case = make_case(spec, B=B, T=T, H=H, K=K, V=V, dtype=torch.float32, with_state=False)
     inputs = {n: t.detach() for n, t in case.tensors.items()}
     kw = {} if case.scale is None else {"scale": case.scale}
@@ -158,18 +216,24 @@ def breakdown(family: str, *, form: str = "auto", T: int = 2048, B: int = 1, H: 
         return lowered.fn(q, k, v, **rest, **kw)
 
     peak = matmul_peak_gflops() if peak is None else peak
+    t0 = time.perf_counter()
+    time_call(fn, inputs, mode)  # a compiled form compiles here (and any form warms up)
+    first_s = time.perf_counter() - t0
     wall = 1e3 * time_round_robin({"call": lambda: time_call(fn, inputs, mode)}, repeats)["call"]
-    us, count, flops = profile_kinds(lambda: time_call(fn, inputs, mode), profiled_calls, B * H)
-    profiled = sum(us.values())  # µs of op time per profiled call
+    prof = profile_kinds(lambda: time_call(fn, inputs, mode), profiled_calls, B * H)
+    profiled = sum(prof.us.values())  # µs of op time per profiled call
     rows = []
     for kind in KINDS:
-        share = us[kind] / profiled if profiled else 0.0
+        share = prof.us[kind] / profiled if profiled else 0.0
         ms = share * wall
-        gf = flops[kind] / (ms / 1e3) / 1e9 if flops[kind] and ms else None
-        rows.append(KindRow(kind, ms, share, count[kind], gf))
-    out = {"family": family, "form": lowered.name, "T": T, "B": B, "H": H, "K": K, "V": V, "mode": mode,
+        gf = prof.flops[kind] / (ms / 1e3) / 1e9 if prof.flops[kind] and ms else None
+        rows.append(KindRow(kind, ms, share, prof.count[kind], gf))
+    top = sorted(prof.kernel_us.items(), key=lambda kv: -kv[1])[:TOP_KERNELS]
+    out = {"family": family, "form": lowered.name, "compiled": lowered.compiled or lowered.name in ALWAYS_COMPILED,
+           "T": T, "B": B, "H": H, "K": K, "V": V, "mode": mode,
            "ms": wall, "profiled_ms": profiled / 1e3, "peak_gflops": peak, "kinds": [asdict(r) for r in rows],
-           "product_gflop": sum(flops.values()) / 1e9}
+           "product_gflop": sum(prof.flops.values()) / 1e9, "first_call_s": first_s,
+           "kernels": [{"name": n, "ms": wall * t / profiled, "share": t / profiled} for n, t in top if profiled]}
     if lowered.name == "chunk":
         C = chunk_size or chunk_size_used(spec, "chunk", K)
         nominal = chunk_flops(family, B, T, H, K, V, C)
@@ -185,17 +249,29 @@ def breakdown(family: str, *, form: str = "auto", T: int = 2048, B: int = 1, H: 
 def format_breakdown(r: dict) -> list[str]:
     """The breakdown as printable lines."""
     C = f", C={r['chunk_size']}" if "chunk_size" in r else ""
-    lines = [f"{r['family']} {r['form']}{C}: B={r['B']} H={r['H']} K={r['K']} V={r['V']} T={r['T']} fp32 {r['mode']}, "
-             f"{r['ms']:.2f} ms per call (median, unprofiled; {r['profiled_ms']:.2f} ms of op time profiled)",
+    comp = " (compiled)" if r.get("compiled") else ""
+    lines = [f"{r['family']} {r['form']}{comp}{C}: B={r['B']} H={r['H']} K={r['K']} V={r['V']} T={r['T']} fp32 "
+             f"{r['mode']}, {r['ms']:.2f} ms per call (median, unprofiled; {r['profiled_ms']:.2f} ms of op time "
+             f"profiled)" + (f"; first call {r['first_call_s']:.1f} s (compiling)" if r.get("compiled") else ""),
              f"  {'kind of op':36s} {'ms/call':>8s} {'share':>6s} {'ops/call':>9s} {'GFLOP/s':>8s}"]
     for k in r["kinds"]:
-        if k["kind"] == FUSED and not k["calls"]:
-            continue  # only the sdpa form has one
+        if k["kind"] in (FUSED, GENERATED) and not k["calls"]:
+            continue  # only the sdpa form has the one, only compiled forms the other
         gf = f"{k['gflops']:8.1f}" if k["gflops"] else f"{'':8s}"
         lines.append(f"  {k['kind']:36s} {k['ms']:8.2f} {100 * k['share']:5.1f}% {k['calls']:9d} {gf}")
     lines.append(f"  fp32 matmul peak (2048², {torch.get_num_threads()} threads): {r['peak_gflops']:.1f} GFLOP/s; "
                  f"products: {r['product_gflop']:.3f} GFLOP per call")
+    if r.get("compiled") and not _kernel_count(r):
+        lines.append("  no generated kernel was profiled: the form was compiled earlier in this process without "
+                     "kernel profiling; run the breakdown in a fresh process (`assocmem bench breakdown --compiled`)")
+    if r.get("kernels"):
+        lines.append(f"  the {len(r['kernels'])} longest generated kernels ({_kernel_count(r)} kernel calls per call):")
+        lines += [f"    {k['ms']:8.2f} ms {100 * k['share']:5.1f}%  {k['name']}" for k in r["kernels"]]
     if "share_of_peak" in r:
         lines.append(f"  nominal chunk FLOPs {r['nominal_gflop']:.3f} GFLOP: {100 * r['share_of_peak']:.1f}% of the "
                      f"peak; {100 * r['share_if_only_products']:.1f}% if every op but the products took no time")
     return lines
+
+
+def _kernel_count(r: dict) -> int:
+    return next(k["calls"] for k in r["kinds"] if k["kind"] == GENERATED)

@@ -55,6 +55,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--mode", choices=["fwd", "fwdbwd"], default="fwd")
     b.add_argument("--repeats", type=positive_int, default=11, help="timed calls (median) before the profiled ones")
     b.add_argument("--threads", type=positive_int, default=None, metavar="N", help="torch intra-op threads")
+    b.add_argument("--compiled", action="store_true",
+                   help="the form's compiled variant (torch.compile), its generated kernels listed by name")
     b.add_argument("--json", type=Path, metavar="PATH", help="write the breakdown as JSON")
     b.set_defaults(func=_breakdown)
     register_scaling(kinds)
@@ -81,7 +83,7 @@ def _breakdown(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     try:
         result = breakdown(args.family, form=args.form, T=args.seq_len, chunk_size=args.chunk_size,
-                           mode=args.mode, repeats=args.repeats)
+                           mode=args.mode, repeats=args.repeats, compiled=args.compiled)
     except (KeyError, ValueError) as err:
         print(f"assocmem bench breakdown: {err.args[0] if err.args else err}", file=sys.stderr)
         return 2
