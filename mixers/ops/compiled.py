@@ -12,11 +12,15 @@ kernels on CPU, Triton on GPU), with three differences that make it traceable:
    and the delta form never builds the no-grad fold plan (a host-side list of segments).
 3. Islands (``island``): the autograd Functions whose loops write per-chunk slices of one buffer
    in place, with hand-written backwards, run eagerly between compiled graphs (the triangular
-   solve and the carry of the delta forms, ``delta_carry.py``; the state carry of the hebbian
-   form). Traced, each slice write would become a copy of the whole buffer per chunk (measured:
-   a GDN group compiled whole ran 4-6x slower than eager). These are the graph breaks of a
-   compiled chunk form, one on each side of each island; everything between them is fused,
-   forward and backward (AOTAutograd compiles the backward of each graph).
+   solve and the carry of the delta forms, ``delta_carry.py``, and their no-grad carry
+   ``carry_read``; the state carry of the hebbian form). Traced, each slice write would become a
+   copy of the whole buffer per chunk (measured: a GDN group compiled whole ran 4-6x slower than
+   eager). ``decay.segment_sums`` is an island too: its float64 differences are written straight
+   into the compute dtype and its backward is hand-written, where the traced version ran as one
+   slow generated kernel (GDN fwd+bwd: 0.73x eager traced, 0.96x as an island). These are the
+   graph breaks of a compiled chunk form, one on each side of each island; everything between
+   them is fused, forward and backward (AOTAutograd compiles the backward of each graph).
+   ``assocmem bench breakdown --compiled`` lists the generated kernels by name with their time.
 
 Shapes: one graph per (function, B, H, K, V, C, dtype, gate layout, grad mode). The time axis of
 the group's inputs is marked dynamic (``torch._dynamo.maybe_mark_dynamic``), so a new sequence

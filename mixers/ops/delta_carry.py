@@ -7,9 +7,9 @@
     carry_read       the carry and the state read without autograd (one running state), with a
                      ``fold_plan`` that keeps the decay folded into W, k and the read
 
-Both Functions run eagerly also inside a compiled chunk form (``compiled.island``): their loops
-write per-chunk slices of one buffer in place, which a traced graph would turn into copies of the
-whole buffer per chunk (``compiled.py``).
+The two Functions and ``carry_read`` run eagerly also inside a compiled chunk form
+(``compiled.island``): their loops write per-chunk slices of one buffer in place, which a traced
+graph would turn into copies of the whole buffer per chunk (``compiled.py``).
 """
 from __future__ import annotations
 

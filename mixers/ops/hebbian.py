@@ -290,7 +290,9 @@ def _chunks_forward(q, k, v, beta, la, S0, scale, in_place=False, factorize: boo
             intra = _intra_per_key(q, kc, v, la, scale)
             e_suffix = _suffix_sum(la, dim=-2).exp()  # (N, B, H, C, K): e^{Σ_{s>j} log α_s}
         else:
-            d = segment_sums(la).exp_()  # (N, B, H, C, C): e^{Σ_{j<s≤i} log α_s}, 1 above the diagonal
+            d = segment_sums(la)  # (N, B, H, C, C): Σ_{j<s≤i} log α_s, 0 above the diagonal
+            d = d.exp_() if in_place else d.exp()  # 1 above the diagonal (in place on the island's output: a copy
+            # when compiled)
             intra = _intra_scalar(q, kc, v, d, scale, in_place)
             e_suffix = d[..., -1, :, None].clone()  # (N, B, H, C, 1): row C, e^{Σ_{s>j} log α_s}
             del d  # the [C, C] weights are used up: a smaller heap to fault back in on the next call
