@@ -77,7 +77,7 @@ REST = "views, allocation, dispatch"
 FUSED = "fused attention (sdpa)"
 GENERATED = "fused kernels (inductor)"
 KINDS = ("matmul, per-chunk", "matmul, batched", "triangular solve", FUSED, GENERATED, "copies", "elementwise", REST)
-ALWAYS_COMPILED = frozenset({"scan"})  # forms whose op is torch.compile'd whether or not --compiled is given
+COMPILED_FORMS = frozenset({"scan"})  # forms whose op is torch.compile'd whether or not --compiled is given
 # inductor's kernel events (cpp.enable_kernel_profile): graph_<n>_cpp_fused_..., or a Triton kernel's name
 _GENERATED_KERNEL = re.compile(r"^(graph_\d+_)?(cpp_fused_|triton_)")
 TOP_KERNELS = 8  # generated kernels listed by name
@@ -197,7 +197,7 @@ def breakdown(family: str, *, form: str = "auto", T: int = 2048, B: int = 1, H: 
     spec = get_preset(family)
     family = ALIASES.get(family, family)
     lowered = lower(spec, form, compile=compiled)
-    with kernel_profiling(compiled or lowered.name in ALWAYS_COMPILED):
+    with kernel_profiling(compiled or lowered.name in COMPILED_FORMS):
         return _breakdown(spec, family, lowered, T=T, B=B, H=H, K=K, V=V, chunk_size=chunk_size, mode=mode,
                           repeats=repeats, profiled_calls=profiled_calls, peak=peak)
 
@@ -229,7 +229,7 @@ def _breakdown(spec, family: str, lowered, *, T, B, H, K, V, chunk_size, mode, r
         gf = prof.flops[kind] / (ms / 1e3) / 1e9 if prof.flops[kind] and ms else None
         rows.append(KindRow(kind, ms, share, prof.count[kind], gf))
     top = sorted(prof.kernel_us.items(), key=lambda kv: -kv[1])[:TOP_KERNELS]
-    out = {"family": family, "form": lowered.name, "compiled": lowered.compiled or lowered.name in ALWAYS_COMPILED,
+    out = {"family": family, "form": lowered.name, "compiled": lowered.compiled or lowered.name in COMPILED_FORMS,
            "T": T, "B": B, "H": H, "K": K, "V": V, "mode": mode,
            "ms": wall, "profiled_ms": profiled / 1e3, "peak_gflops": peak, "kinds": [asdict(r) for r in rows],
            "product_gflop": sum(prof.flops.values()) / 1e9, "first_call_s": first_s,
