@@ -37,3 +37,41 @@ def test_a_missing_sink_package_is_refused_before_the_run(write_config, tmp_path
     with pytest.raises(Exception, match="log_to"):
         load_config(write_config("bad", {"train": {"log_to": ["mlflow"]}}))
     assert yaml.safe_load(path.read_text())["train"]["log_to"] == ["wandb"]
+
+
+class _WandbRun:
+    """What ``wandb.init`` returns, reduced to the calls ``WandbSink`` makes (``log``, ``finish``)."""
+
+    def __init__(self, **init):
+        self.init, self.logged, self.finished = init, [], 0
+
+    def log(self, data: dict, step: int) -> None:
+        self.logged.append((step, dict(data)))
+
+    def finish(self) -> None:
+        self.finished += 1
+
+
+def test_wandb_receives_the_scalars_of_log_jsonl(write_config, tmp_path, monkeypatch):
+    """The wandb sink against wandb's API (``init(project, name, dir, config)``, ``run.log(data, step)``,
+    ``run.finish()``), with a stand-in module: one run per training run, in its folder, every numeric field
+    of every log record at its step, finished once."""
+    import sys
+    import types
+
+    runs = []
+    fake = types.ModuleType("wandb")
+    fake.init = lambda **kw: runs.append(_WandbRun(**kw)) or runs[-1]
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    train(load_config(write_config("wb", {"train": {"steps": 4, "log_every": 1, "log_to": ["wandb"]}})))
+    run_dir = tmp_path / "runs" / "wb"
+    assert len(runs) == 1 and runs[0].finished == 1
+    init = runs[0].init
+    assert (init["project"], init["name"], init["dir"]) == ("assocmem", "wb", str(run_dir))
+    assert init["config"]["train"]["steps"] == 4 and init["config"]["train"]["log_to"] == ["wandb"]
+    records = read_log(run_dir / "log.jsonl")
+    expected = [(r["step"], {f"{r['split']}/{k}": float(v) for k, v in r.items()
+                             if k not in ("split", "step") and isinstance(v, (int, float)) and not isinstance(v, bool)})
+                for r in records]
+    assert runs[0].logged == expected
+    assert {"train/loss", "train/lr", "eval/loss", "eval/accuracy"} <= {k for _, d in expected for k in d}
