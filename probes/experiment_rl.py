@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from assocmem.mixers.cli_types import positive_float
+from assocmem.mixers.cli_types import non_negative_float, positive_float
 
 from .experiments import add_seeded_flags, run_seeds, seeded_cli, spread
 
@@ -270,12 +270,24 @@ def register(sub, run) -> None:
                        "balanced vs self-distillation, held-out pass@1 and ‖g⁻‖/‖g⁺‖", description=__doc__)
     p.add_argument("--lr", type=positive_float, default=None,
                    help=f"RL learning rate of every method (default {RLExperimentConfig().rl_lr:g})")
+    p.add_argument("--beta", type=non_negative_float, default=None,
+                   help=f"weight of the k3 KL to the SFT model, every method (default {RLExperimentConfig().beta:g})")
+    p.add_argument("--methods", nargs="+", choices=list(METHODS), default=None, metavar="METHOD",
+                   help="methods to run, in this order (default: all four: " + ", ".join(map(repr, METHODS)) + ")")
     add_seeded_flags(p)
     p.set_defaults(func=lambda a: run(_cli, a))
 
 
 def _options(args) -> tuple[dict, list[str]]:
-    return ({"rl_lr": args.lr}, ["--lr", f"{args.lr:g}"]) if args.lr is not None else ({}, [])
+    """The config updates of --lr, --beta and --methods, and those flags as command-line words."""
+    updates, words = {}, []
+    if args.lr is not None:
+        updates["rl_lr"], words = args.lr, [*words, "--lr", f"{args.lr:g}"]
+    if args.beta is not None:
+        updates["beta"], words = args.beta, [*words, "--beta", f"{args.beta:g}"]
+    if args.methods is not None:
+        updates["methods"], words = args.methods, [*words, "--methods", *args.methods]
+    return updates, words
 
 
 def _cli(args) -> Path:
@@ -286,4 +298,5 @@ def _record(result: dict, cfg: RLExperimentConfig) -> tuple[dict, dict, str]:
     return (seed_metrics(result["per_seed_raw"], cfg), {"config": cfg.model_dump(), "table": result["summary"]},
             f"RL after SFT at toy scale (probes/experiment_rl.py): a GDN+attention d=64 model SFT'd on chain_sum "
             f"(6 digits) to ~29 % pass@1, then GRPO / Dr. GRPO + dapo / gradient-balanced / self-distillation at "
-            f"equal sampled completions and RL lr {cfg.rl_lr:g}; held-out pass@1 (run_tts) and ‖g⁻‖/‖g⁺‖")
+            f"equal sampled completions, RL lr {cfg.rl_lr:g} and KL weight β = {cfg.beta:g}; held-out pass@1 (run_tts) "
+            f"and ‖g⁻‖/‖g⁺‖")

@@ -67,3 +67,37 @@ def test_the_lr_flag_reaches_the_config_and_the_recorded_command(tmp_path, monke
     assert stored["config"]["rl_lr"] == 2e-4
     rl_config = (tmp_path / "o" / "seed_0" / "runs" / "GRPO" / "config.yaml").read_text()
     assert "lr: 0.0002" in rl_config
+
+
+def test_beta_and_methods_reach_the_config_the_rl_runs_and_the_recorded_command(tmp_path, monkeypatch):
+    from assocmem.probes import experiment_rl
+    from assocmem.training.cli import main as cli_main
+
+    micro = RLExperimentConfig(**{**MICRO, "eval_every": 0, "rounds": 1})
+    monkeypatch.setattr(experiment_rl.RLExperimentConfig, "quick", classmethod(lambda cls: micro))
+    result = tmp_path / "rl.json"
+    args = ["probe", "rl-experiment", "--beta", "0.1", "--methods", "GRPO", "Dr. GRPO + dapo", "--quick",
+            "--seeds", "0", "--out", str(tmp_path / "o"), "--result", str(result)]
+    assert cli_main(args) == 0
+    record = read_result(result)
+    assert record.command.startswith("assocmem probe rl-experiment --beta 0.1 --methods GRPO 'Dr. GRPO + dapo' "
+                                     "--quick --seeds 0")
+    assert {k for k in record.summary if k.endswith("pass@1")} == {"SFT pass@1", "GRPO pass@1", "Dr. GRPO + dapo pass@1"}
+    stored = json.loads((tmp_path / "o" / "rl_experiment.json").read_text())
+    assert stored["config"]["beta"] == 0.1 and stored["config"]["methods"] == ["GRPO", "Dr. GRPO + dapo"]
+    runs = tmp_path / "o" / "seed_0" / "runs"
+    assert sorted(p.name for p in runs.iterdir()) == ["Dr_GRPO_plus_dapo", "GRPO"]
+    for run in runs.iterdir():
+        assert "beta: 0.1" in (run / "config.yaml").read_text()
+        assert all(r["kl"] >= 0 for r in read_log(run / "log.jsonl") if r["split"] == "train")
+
+
+def test_an_unknown_method_is_refused_with_the_known_ones(capsys):
+    import pytest
+
+    from assocmem.training.cli import main as cli_main
+
+    with pytest.raises(SystemExit):
+        cli_main(["probe", "rl-experiment", "--methods", "PPO", "--quick", "--out", "x"])
+    err = capsys.readouterr().err
+    assert "invalid choice: 'PPO'" in err and "'GRPO'" in err and "'self-distillation'" in err
