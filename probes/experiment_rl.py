@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from assocmem.mixers.cli_types import non_negative_float, positive_float
 
@@ -71,6 +71,18 @@ class RLExperimentConfig(BaseModel):
     samples: int = Field(16, gt=0, description="samples per held-out problem for the final pass@1")
     methods: list[str] = Field(list(METHODS), description="methods run (keys of METHODS)")
     threads: int | None = Field(1, gt=0, description="torch threads")
+
+    @model_validator(mode="after")
+    def _kl_only_for_policy_gradients(self) -> "RLExperimentConfig":
+        """Refused before the SFT model trains: self-distillation takes no KL term (``training/rl/config.py``)."""
+        if self.beta > 0 and "self-distillation" in self.methods:
+            others = [m for m in self.methods if m != "self-distillation"]
+            raise ValueError(f"beta = {self.beta:g}: self-distillation takes no KL term; run the policy-gradient "
+                             f"methods only (--methods {' '.join(repr(m) for m in others)}) or set beta to 0")
+        unknown = [m for m in self.methods if m not in METHODS]
+        if unknown:
+            raise ValueError(f"unknown methods {unknown}; known: {list(METHODS)}")
+        return self
 
     @classmethod
     def quick(cls) -> "RLExperimentConfig":

@@ -101,3 +101,13 @@ def test_an_unknown_method_is_refused_with_the_known_ones(capsys):
         cli_main(["probe", "rl-experiment", "--methods", "PPO", "--quick", "--out", "x"])
     err = capsys.readouterr().err
     assert "invalid choice: 'PPO'" in err and "'GRPO'" in err and "'self-distillation'" in err
+
+
+def test_a_kl_weight_with_self_distillation_is_refused_before_any_work(tmp_path, capsys):
+    from assocmem.training.cli import main as cli_main
+
+    out = tmp_path / "o"
+    assert cli_main(["probe", "rl-experiment", "--beta", "0.1", "--quick", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "self-distillation takes no KL term" in err and "--methods 'GRPO' 'Dr. GRPO + dapo' 'gradient-balanced'" in err
+    assert not out.exists()

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Annotated, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..config import (ChainSumData, ConfigError, GraphPathData, ModelConfig, ModularData, NeedleData, OptimConfig,
                       check_run_name)
@@ -72,6 +72,15 @@ class LossConfig(_Strict):
     balance_cap: bool = Field(False, description="scale g⁻ by min(1, ‖g⁺‖/(‖g⁻‖+ε)): never up")
     distill_weighting: Literal["advantage", "none"] = Field(
         "advantage", description="self-distillation: CE weighted by A (Nautile) or plain CE on the kept set")
+
+    @model_validator(mode="after")
+    def _kl_needs_a_policy_gradient(self) -> "LossConfig":
+        """Self-distillation steps on its kept completions' CE alone: a KL weight would be silently unused."""
+        if self.algorithm == "self_distillation" and self.beta > 0:
+            raise ValueError(f"loss.beta = {self.beta:g} has no effect with loss.algorithm: self_distillation (it "
+                             "steps on the advantage-weighted CE of its kept completions only); set loss.beta: 0, or "
+                             "choose policy_gradient or balanced for a KL-regularised run")
+        return self
 
 
 class RLLoopConfig(_Strict):

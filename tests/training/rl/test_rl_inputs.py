@@ -27,9 +27,19 @@ def test_config_errors_name_the_field(update, field):
         rl_config_from_dict(merge(BASE, update))
 
 
+def test_a_kl_weight_with_self_distillation_is_refused():
+    """Self-distillation steps on the CE of its kept completions only: β > 0 would be silently unused."""
+    with pytest.raises(ConfigError, match=r"\n  loss: .*loss.beta = 0.1 has no effect with loss.algorithm: "
+                                          r"self_distillation.*set loss.beta: 0, or choose policy_gradient or balanced"):
+        rl_config_from_dict(merge(BASE, {"loss": {"algorithm": "self_distillation", "beta": 0.1}}))
+    for algorithm in ("policy_gradient", "balanced"):
+        assert rl_config_from_dict(merge(BASE, {"loss": {"algorithm": algorithm, "beta": 0.1}})).loss.beta == 0.1
+    assert rl_config_from_dict(merge(BASE, {"loss": {"algorithm": "self_distillation", "beta": 0}})).loss.beta == 0
+
+
 def test_set_overrides_are_validated(tmp_path):
     path = write_config(tmp_path, "x")
-    assert load_rl_config(path, ["loss.algorithm=self_distillation"]).loss.algorithm == "self_distillation"
+    assert load_rl_config(path, ["loss.algorithm=self_distillation", "loss.beta=0"]).loss.algorithm == "self_distillation"
     with pytest.raises(ConfigError, match="rollout.group_size"):
         load_rl_config(path, ["rollout.group_size=1"])
 
