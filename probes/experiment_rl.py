@@ -19,6 +19,8 @@ success rate, and do gradient balancing and scored self-distillation help?
 
     assocmem probe rl-experiment --out runs/rl-experiment --seeds 0 1 2
     assocmem probe rl-experiment --lr 2e-4 --out runs/rl-experiment-lr2e-4 --seeds 0 1 2
+    assocmem probe rl-experiment --beta 0.1 --methods GRPO "Dr. GRPO + dapo" gradient-balanced \
+        --out runs/rl-experiment-kl --seeds 0 1 2     # with the k3 KL to the SFT model (policy gradients only)
     assocmem probe rl-experiment --out /tmp/rl --quick          # a smoke run (a minute)
 """
 from __future__ import annotations
