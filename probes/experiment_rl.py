@@ -30,9 +30,10 @@ import time
 from pathlib import Path
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from assocmem.mixers.cli_types import non_negative_float, positive_float
+from assocmem.training.rl.config import LossConfig
 
 from .experiments import add_seeded_flags, run_seeds, seeded_cli, spread
 
@@ -75,15 +76,22 @@ class RLExperimentConfig(BaseModel):
     threads: int | None = Field(1, gt=0, description="torch threads")
 
     @model_validator(mode="after")
-    def _kl_only_for_policy_gradients(self) -> "RLExperimentConfig":
-        """Refused before the SFT model trains: self-distillation takes no KL term (``training/rl/config.py``)."""
-        if self.beta > 0 and "self-distillation" in self.methods:
-            others = [m for m in self.methods if m != "self-distillation"]
-            raise ValueError(f"beta = {self.beta:g}: self-distillation takes no KL term; run the policy-gradient "
-                             f"methods only (--methods {' '.join(repr(m) for m in others)}) or set beta to 0")
+    def _methods_take_the_loss_settings(self) -> "RLExperimentConfig":
+        """Each method's RL loss with this beta, validated by the RL config itself (``LossConfig``: e.g.
+        self-distillation takes no KL term), before the SFT model trains."""
         unknown = [m for m in self.methods if m not in METHODS]
         if unknown:
             raise ValueError(f"unknown methods {unknown}; known: {list(METHODS)}")
+        refused = {}
+        for m in self.methods:
+            try:
+                LossConfig(**METHODS[m]["loss"], beta=self.beta)
+            except ValidationError as err:
+                refused[m] = err.errors()[0]["msg"].removeprefix("Value error, ")
+        if refused:
+            others = [m for m in self.methods if m not in refused]
+            raise ValueError(f"beta = {self.beta:g}: " + "; ".join(f"{m}: {msg}" for m, msg in refused.items())
+                             + f". Or run the other methods only (--methods {' '.join(repr(m) for m in others)})")
         return self
 
     @classmethod
@@ -296,11 +304,14 @@ def _options(args) -> tuple[dict, list[str]]:
     """The config updates of --lr, --beta and --methods, and those flags as command-line words."""
     updates, words = {}, []
     if args.lr is not None:
-        updates["rl_lr"], words = args.lr, [*words, "--lr", f"{args.lr:g}"]
+        updates["rl_lr"] = args.lr
+        words += ["--lr", f"{args.lr:g}"]
     if args.beta is not None:
-        updates["beta"], words = args.beta, [*words, "--beta", f"{args.beta:g}"]
+        updates["beta"] = args.beta
+        words += ["--beta", f"{args.beta:g}"]
     if args.methods is not None:
-        updates["methods"], words = args.methods, [*words, "--methods", *args.methods]
+        updates["methods"] = args.methods
+        words += ["--methods", *args.methods]
     return updates, words
 
 

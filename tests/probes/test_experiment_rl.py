@@ -109,5 +109,6 @@ def test_a_kl_weight_with_self_distillation_is_refused_before_any_work(tmp_path,
     out = tmp_path / "o"
     assert cli_main(["probe", "rl-experiment", "--beta", "0.1", "--quick", "--out", str(out)]) == 2
     err = capsys.readouterr().err
-    assert "self-distillation takes no KL term" in err and "--methods 'GRPO' 'Dr. GRPO + dapo' 'gradient-balanced'" in err
+    assert "beta = 0.1: self-distillation: loss.beta = 0.1 has no effect with loss.algorithm: self_distillation" in err
+    assert "Or run the other methods only (--methods 'GRPO' 'Dr. GRPO + dapo' 'gradient-balanced')" in err
     assert not out.exists()

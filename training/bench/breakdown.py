@@ -35,7 +35,7 @@ family runs on the bench's inputs (B=1, H=4, K=V=64, fp32 by default):
 
 A compiled form is profiled with inductor's kernel profiling on (``cpp.enable_kernel_profile``,
 set only while the breakdown runs), so each generated kernel shows as its own event; its first call
-(which compiles) is timed on its own and reported as ``compile_s``, and the longest kernels are
+(which compiles) is timed on its own and reported as ``first_call_s``, and the longest kernels are
 listed by name (``kernels``).
 """
 from __future__ import annotations
@@ -160,6 +160,7 @@ def profile_kinds(call, calls: int, BH: int) -> Profiled:
     per_call = [_profile_one(call, BH) for _ in range(calls)]
     us: dict[str, list[float]] = defaultdict(list)
     kernels: dict[str, list[float]] = defaultdict(list)
+    names = {name for events in per_call for kind, *_, name in events if kind == GENERATED}
     for events in per_call:
         totals, by_name = defaultdict(float), defaultdict(float)
         for kind, t, _, _, name in events:
@@ -168,7 +169,7 @@ def profile_kinds(call, calls: int, BH: int) -> Profiled:
                 by_name[name] += t
         for kind in KINDS:
             us[kind].append(totals[kind])
-        for name in {n for ev in per_call for *_, n in ev if is_generated_kernel(n)}:
+        for name in names:
             kernels[name].append(by_name[name])
     count = {kind: sum(1 for k, _, _, own, _ in per_call[0] if k == kind and own) for kind in KINDS}
     flops = {kind: sum(fl for k, _, fl, _, _ in per_call[0] if k == kind) for kind in KINDS}
