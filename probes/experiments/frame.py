@@ -1,20 +1,163 @@
-"""What the multi-seed experiments share: training one model variant, running the seeds (run_seeds),
-mean and range over seeds, the command line of a config-driven experiment (add_seeded_flags,
-seeded_cli: experiment_tts.py, experiment_niah.py), the files every experiment writes (save_outputs:
-grokking.py, leak.py) and the result record.
+"""The frame of every ``assocmem experiment NAME`` command, written once.
 
-    model, seconds, summary = train_variant(runs, label, hybrid, data, steps=..., batch_size=..., lr=..., seed=...)
-    spread([0.2, 0.4, 0.3])   {"mean": 0.3, "min": 0.2, "max": 0.4}
+An experiment module defines its flags and the work; the frame does the rest:
+
+    EXPERIMENT = Experiment("rl", help="...", doc=__doc__, run=run, flags=add_flags)
+
+    1. flags: --seeds, --out, --overwrite, --result, and as the experiment asks --quick, --threads,
+       --jobs; then its own (``flags(Flags)``);
+    2. before any work: an existing --result is refused (unless --overwrite), the versions of
+       this process are read (``current_versions``), --out is prepared;
+    3. ``run(args, out) -> Outcome``: the table printed, the numbers of the result record;
+    4. with --result, the record (training/results.py), whose command is rebuilt from the parsed
+       flags (``Flags.words``: every flag that differs from its default, in the order declared,
+       then --seeds, --out, --result); a user error exits 2 with "assocmem experiment NAME: why".
+
+What the runs share: one model trained with ``assocmem train``'s loop (``train_variant``), the
+seeds of a config-driven experiment each in ``out/seed_<s>/`` (``run_seeds``), jobs in worker
+processes (``run_jobs``), mean and range over seeds (``spread``) and the tables and curves of
+a job-based experiment (``save_outputs``).
+
+    spread([0.2, 0.4, 0.3])   {"mean": 0.3, "min": 0.2, "max": 0.4, "n": 3}
 """
 from __future__ import annotations
 
+import argparse
 import json
+import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Callable
 
-from assocmem.training.progress import progress
+from assocmem.training.progress import Progress, progress
+
+# what a user's input raises (an existing --out or --result, a missing file, a bad value)
+USER_ERRORS: tuple[type[Exception], ...] = (FileExistsError, FileNotFoundError, ValueError)
 
 
+@dataclass
+class Outcome:
+    """What one run of an experiment command leaves for the frame to print and record."""
+
+    table: str                                    # markdown, printed
+    per_seed: dict[int, dict[str, float | None]]  # seed -> metric -> value: the numbers of the record
+    description: str                              # what was run, for the record
+    extra: dict[str, Any] = field(default_factory=dict)
+    name: str | None = None                       # the record's name (default: the --result file's stem)
+
+
+class Flags:
+    """The flags of one experiment command, kept in order: the recorded command is rebuilt from them."""
+
+    def __init__(self, parser: argparse.ArgumentParser):
+        self.parser = parser
+        self.recorded: list[tuple[argparse.Action, bool]] = []
+
+    def add(self, *names: str, always: bool = False, group=None, **kwargs) -> argparse.Action:
+        """``parser.add_argument`` (or ``group.add_argument``: a mutually exclusive group of the parser); the
+        flag is recorded when it differs from its default (or ``always``)."""
+        action = (group or self.parser).add_argument(*names, **kwargs)
+        self.recorded.append((action, always))
+        return action
+
+    def words(self, args: argparse.Namespace) -> list[str]:
+        """The given flags as command-line words (see the module docstring)."""
+        last = [(a, always) for a, always in self.recorded if a.dest in ("seeds", "out", "result")]
+        words: list[str] = []
+        for action, always in [x for x in self.recorded if x not in last] + last:
+            value = getattr(args, action.dest)
+            if value is None or value is False or (value == action.default and not always):
+                continue
+            flag = action.option_strings[-1]
+            if value is True:
+                words.append(flag)
+            else:
+                words += [flag, *map(_word, value if isinstance(value, list) else [value])]
+        return words
+
+
+def _word(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """One ``assocmem experiment NAME`` command (see the module docstring)."""
+
+    name: str
+    help: str
+    doc: str                                                     # the module docstring: --help's description
+    run: Callable[[argparse.Namespace, Path], Outcome]
+    flags: Callable[[Flags], None] = lambda flags: None          # the experiment's own flags
+    seeds: tuple[int, ...] = (0,)                                # --seeds' default
+    quick: bool = True                                           # offers --quick (a smoke-sized run)
+    threads: bool = False                                        # offers --threads (the config's field)
+    jobs: int | None = None                                      # offers --jobs with this default
+
+    def register(self, sub) -> None:
+        """Add ``NAME`` to the ``experiment`` group's subparsers."""
+        p = sub.add_parser(self.name, help=self.help, description=self.doc,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        flags = Flags(p)
+        self.flags(flags)
+        if self.quick:
+            flags.add("--quick", action="store_true", help="a smoke-sized run (minutes)")
+        if self.threads:
+            flags.add("--threads", type=int, default=None, help="torch threads (default: the config's)")
+        if self.jobs is not None:
+            flags.add("--jobs", type=int, default=self.jobs, always=True,
+                      help=f"runs at once, one torch thread each (default {self.jobs})")
+        flags.add("--seeds", type=int, nargs="+", default=list(self.seeds), metavar="S", always=True,
+                  help=f"seeds (default {' '.join(map(str, self.seeds))})")
+        flags.add("--out", required=True, help="output folder (refused if non-empty, unless --overwrite)")
+        p.add_argument("--overwrite", action="store_true",
+                       help="replace an existing non-empty --out and an existing --result")
+        flags.add("--result", default=None, metavar="PATH",
+                  help="also write the result record (training/results.py) to PATH (refused if it exists, "
+                       "unless --overwrite)")
+        p.set_defaults(func=lambda args: self.main(args, flags))
+
+    def main(self, args: argparse.Namespace, flags: Flags) -> int:
+        """Steps 2 to 4 of the module docstring; the exit code."""
+        try:
+            return self._main(args, flags)
+        except USER_ERRORS as err:
+            print(f"assocmem experiment {self.name}: {err}", file=sys.stderr)
+            return 2
+
+    def _main(self, args: argparse.Namespace, flags: Flags) -> int:
+        from assocmem.training.results import command_line, current_versions, write_result
+
+        from ..io import prepare_out
+
+        current_versions()  # read now: the code this process runs, whatever is committed while it runs
+        if args.result and Path(args.result).exists() and not args.overwrite:
+            raise FileExistsError(f"--result {args.result} exists; pass --overwrite to replace it")
+        out = prepare_out(args.out, args.overwrite)
+        start = time.perf_counter()
+        outcome = self.run(args, out)
+        minutes = (time.perf_counter() - start) / 60
+        print(outcome.table, end="")
+        print(f"{minutes:.1f} min")
+        if args.result:
+            write_result(args.result, name=outcome.name or Path(args.result).stem,
+                         command=command_line("assocmem", ["experiment", self.name, *flags.words(args)]),
+                         seeds=args.seeds, per_seed=outcome.per_seed, description=outcome.description,
+                         extra={**outcome.extra, "minutes": minutes}, overwrite=args.overwrite)
+        print(out)
+        return 0
+
+
+def config_from_flags(config_type, args: argparse.Namespace, updates: dict | None = None):
+    """``config_type.quick()`` with --quick, else ``config_type()``, updated by the experiment's own flags
+    and --threads (a bad value is refused by the config, naming the field)."""
+    cfg = config_type.quick() if args.quick else config_type()
+    threads = {"threads": args.threads} if getattr(args, "threads", None) else {}
+    return cfg.model_validate({**cfg.model_dump(), **(updates or {}), **threads})
+
+
+# ---------------------------------------------------------------- what the runs share
 def train_variant(runs: Path, label: str, hybrid: dict, data: dict, *, steps: int, batch_size: int, lr: float,
                   seed: int, threads: int | None) -> tuple[object, float, dict]:
     """Train one model with ``assocmem train``'s loop (warm-up 10 %, cosine, AdamW wd 0.1); returns
@@ -33,39 +176,24 @@ def train_variant(runs: Path, label: str, hybrid: dict, data: dict, *, steps: in
 
 
 def spread(values) -> dict | None:
-    """Mean, min and max over the seeds that have a value (None when none has: e.g. no length
-    beyond the training length was probed)."""
+    """Mean, min, max and count over the seeds that have a value (None when none has: e.g. no length
+    beyond the training length was probed, a run that never grokked)."""
     kept = [float(v) for v in values if v is not None]
     if not kept:
         return None
-    return {"mean": sum(kept) / len(kept), "min": min(kept), "max": max(kept)}
-
-
-def check_result_path(args) -> None:
-    """--result needs --seeds' set and refuses an existing file unless --overwrite (before any work)."""
-    if args.result and Path(args.result).exists() and not args.overwrite:
-        raise FileExistsError(f"--result {args.result} exists; pass --overwrite to replace it")
-
-
-def write_record(args, argv: list[str], *, per_seed: dict, description: str, extra: dict) -> None:
-    """The result record (training/results.py) of an experiment run with ``args.seeds``."""
-    from assocmem.training.results import command_line, write_result
-
-    write_result(args.result, name=Path(args.result).stem, command=command_line("assocmem", argv), seeds=args.seeds,
-                 per_seed=per_seed, description=description, extra=extra, overwrite=args.overwrite)
+    return {"mean": sum(kept) / len(kept), "min": min(kept), "max": max(kept), "n": len(kept)}
 
 
 def run_seeds(name: str, cfg, seeds: list[int], out: str | Path, *, run_seed, summarize, markdown_table,
               save_figures) -> dict:
-    """The frame of every multi-seed experiment: each seed into ``out/seed_<s>/`` (``run_seed(cfg, s,
-    folder)``) at ``cfg.threads`` torch threads, then ``out/<name>_experiment.json`` (config, seeds,
-    versions, per-seed results, ``summarize(per_seed, cfg)``), its markdown table and its figures
+    """The seeds of a config-driven experiment: each into ``out/seed_<s>/`` (``run_seed(cfg, s, folder)``)
+    at ``cfg.threads`` torch threads, then ``out/<name>_experiment.json`` (config, seeds, versions,
+    per-seed results, ``summarize(per_seed, cfg)``), its markdown table and its figures
     (``save_figures(summary, cfg, out)``)."""
     import torch
 
     from assocmem.training.results import current_versions
 
-    current_versions()  # read now: the code this process starts with, whatever is committed while it trains
     out = Path(out)
     threads = torch.get_num_threads()
     if cfg.threads:
@@ -85,55 +213,27 @@ def run_seeds(name: str, cfg, seeds: list[int], out: str | Path, *, run_seed, su
     return {**result, "per_seed_raw": per_seed}
 
 
-def add_seeded_flags(p) -> None:
-    """--seeds, --quick, --threads, --result and the common probe flags of a config-driven experiment."""
-    from .io import add_common_flags
+def run_jobs(name: str, fn: Callable[..., dict], jobs: dict[str, dict], workers: int,
+             note: Callable[[dict], str]) -> list[dict]:
+    """``fn(**kwargs)`` for every ``label -> kwargs`` of ``jobs`` in ``workers`` spawned processes (each sets
+    its own torch threads); the results in the order of ``jobs``, each reported when done with ``note``."""
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from multiprocessing import get_context
 
-    p.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds (default 0)")
-    p.add_argument("--quick", action="store_true", help="a smoke-sized run (a few minutes)")
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default: the config's, 1)")
-    p.add_argument("--result", default=None, metavar="PATH",
-                   help="also write the result record (training/results.py) to PATH (refused if it exists, "
-                        "unless --overwrite)")
-    add_common_flags(p)
-
-
-def seeded_cli(args, command: str, config_type, run_experiment, markdown_table, record, options=None) -> Path:
-    """``assocmem probe COMMAND`` for a config-driven experiment (flags of ``add_seeded_flags``):
-
-    1. refuse an existing --result and prepare --out (before any work);
-    2. ``config_type.quick()`` or ``config_type()``, with --threads and, if given, the experiment's own
-       flags: ``options(args)`` returns (config field updates, those flags as command-line words);
-    3. ``run_experiment(cfg, seeds, out)`` and print its markdown table;
-    4. with --result, the record: ``record(result, cfg)`` gives (per_seed, extra, description).
-    """
-    from assocmem.training.results import current_versions
-
-    from .io import prepare_out
-
-    current_versions()  # read now: the code this process runs, whatever is committed while it runs
-    check_result_path(args)
-    updates, words = options(args) if options is not None else ({}, [])
-    cfg = config_type.quick() if args.quick else config_type()
-    cfg = cfg.model_validate({**cfg.model_dump(), **updates, **({"threads": args.threads} if args.threads else {})})
-    out = prepare_out(args.out, args.overwrite)
-    result = run_experiment(cfg, args.seeds, out)
-    print(markdown_table(result["summary"], cfg), end="")
-    if args.result:
-        argv = ["probe", command, *words, *(["--quick"] if args.quick else []),
-                *(["--threads", str(args.threads)] if args.threads else []), "--seeds", *map(str, args.seeds),
-                "--out", args.out, "--result", args.result]
-        per_seed, extra, description = record(result, cfg)
-        write_record(args, argv, per_seed=per_seed, extra=extra, description=description)
-    return out
+    tracker = Progress(len(jobs), f"{name} ({workers} at a time)")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+        pending = {pool.submit(fn, **kwargs): key for key, kwargs in jobs.items()}
+        for done in as_completed(pending):
+            tracker.done(pending[done], note(done.result()))
+        results = {pending[f]: f.result() for f in pending}
+    return [results[key] for key in jobs]
 
 
-def save_outputs(out: Path, name: str, rows: list[dict], records: list[dict], minutes: float, markdown_table,
-                 save_curves) -> None:
-    """``out/NAME.json`` (rows, runs, minutes), ``NAME.md`` (``markdown_table(rows)``) and ``NAME.png``
-    (``save_curves(records, path)``); the table and the minutes are printed."""
-    (out / f"{name}.json").write_text(json.dumps({"rows": rows, "runs": records, "minutes": minutes}, indent=1))
-    (out / f"{name}.md").write_text(markdown_table(rows))
+def save_outputs(out: Path, name: str, rows: list[dict], records: list[dict], markdown_table, save_curves) -> str:
+    """``out/NAME.json`` (rows, runs), ``NAME.md`` (``markdown_table(rows)``) and ``NAME.png``
+    (``save_curves(records, path)``); returns the table."""
+    table = markdown_table(rows)
+    (out / f"{name}.json").write_text(json.dumps({"rows": rows, "runs": records}, indent=1))
+    (out / f"{name}.md").write_text(table)
     save_curves(records, out / f"{name}.png")
-    print(markdown_table(rows), end="")
-    print(f"{minutes:.1f} min")
+    return table

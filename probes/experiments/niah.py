@@ -10,8 +10,8 @@ to 2048, the same ratio: that costs about an hour per seed on 2 shared CPU cores
 per cell (mean over seeds), and the mean within and beyond the training length, with the range over
 seeds.
 
-    assocmem probe niah-experiment --out results/niah --seeds 0 1 2
-    assocmem probe niah-experiment --out /tmp/niah --quick          # a smoke run (minutes)
+    assocmem experiment niah --out results/niah --seeds 0 1 2
+    assocmem experiment niah --out /tmp/niah --quick          # a smoke run (minutes)
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from .experiments import add_seeded_flags, run_seeds, seeded_cli, spread, train_variant
+from .frame import Experiment, Outcome, config_from_flags, run_seeds, spread, train_variant
 
 
 class NIAHExperimentConfig(BaseModel):
@@ -57,7 +57,7 @@ class NIAHExperimentConfig(BaseModel):
 def run_seed(cfg: NIAHExperimentConfig, seed: int, out: Path) -> dict:
     from assocmem.training.verifiable import Needle
 
-    from .niah import niah_grid, save_niah_figure
+    from ..niah import niah_grid, save_niah_figure
 
     layout = {"num_needles": cfg.num_needles, "num_filler": cfg.num_filler, "num_keys": cfg.num_keys,
               "num_values": cfg.num_values}
@@ -104,8 +104,8 @@ def markdown_table(summary: dict, cfg: NIAHExperimentConfig) -> str:
 
 
 def save_figures(summary: dict, cfg: NIAHExperimentConfig, out: Path) -> list[Path]:
-    from .niah import save_niah_figure
-    from .plotting import CurvePanel, save_curve_panels
+    from ..niah import save_niah_figure
+    from ..plotting import CurvePanel, save_curve_panels
 
     paths = []
     for label, s in summary.items():
@@ -143,21 +143,17 @@ def run_experiment(cfg: NIAHExperimentConfig, seeds: list[int], out: str | Path)
                      save_figures=save_figures)
 
 
-def register(sub, run) -> None:
-    p = sub.add_parser("niah-experiment", help="the thesis' long-context experiment: attention, GDN and a 50 %% "
-                       "hybrid trained at L=128 on needles, probed to 1024", description=__doc__)
-    add_seeded_flags(p)
-    p.set_defaults(func=lambda a: run(_cli, a))
+def run(args, out: Path) -> Outcome:
+    """``assocmem experiment niah``: the seeds, the table and the numbers of the result record."""
+    cfg = config_from_flags(NIAHExperimentConfig, args)
+    result = run_experiment(cfg, args.seeds, out)
+    return Outcome(markdown_table(result["summary"], cfg), seed_metrics(result["per_seed_raw"], cfg),
+                   "the thesis' needle-in-a-haystack experiment (probes/experiments/niah.py): attention, "
+                   "GDN and a 50 % hybrid trained on needles at L=128, accuracy over context length x depth "
+                   "up to 1024",
+                   {"config": cfg.model_dump(),
+                    "accuracy_mean": {k: v["accuracy_mean"] for k, v in result["summary"].items()}})
 
 
-def _cli(args) -> Path:
-    return seeded_cli(args, "niah-experiment", NIAHExperimentConfig, run_experiment, markdown_table, _record)
-
-
-def _record(result: dict, cfg: NIAHExperimentConfig) -> tuple[dict, dict, str]:
-    return (seed_metrics(result["per_seed_raw"], cfg),
-            {"config": cfg.model_dump(),
-             "accuracy_mean": {k: v["accuracy_mean"] for k, v in result["summary"].items()}},
-            "the thesis' needle-in-a-haystack experiment (probes/experiment_niah.py): attention, "
-            "GDN and a 50 % hybrid trained on needles at L=128, accuracy over context length x depth "
-            "up to 1024")
+EXPERIMENT = Experiment("niah", help="the thesis' long-context experiment: attention, GDN and a 50 %% hybrid "
+                        "trained at L=128 on needles, probed to 1024", doc=__doc__, run=run, threads=True)

@@ -12,8 +12,8 @@ attention×4) are trained on ``chain_sum`` with the same recipe. Per seed and mo
 The summary gives every metric's mean and range over seeds, and accuracy at equal compute: for a
 budget B (ms), a model draws k = ⌊B / cost⌋ samples (1 ≤ k ≤ n).
 
-    assocmem probe tts-experiment --out results/tts --seeds 0 1 2
-    assocmem probe tts-experiment --out /tmp/tts --quick            # a smoke run (minutes)
+    assocmem experiment tts --out results/tts --seeds 0 1 2
+    assocmem experiment tts --out /tmp/tts --quick            # a smoke run (minutes)
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .experiments import add_seeded_flags, run_seeds, seeded_cli, spread, train_variant
+from .frame import Experiment, Outcome, config_from_flags, run_seeds, spread, train_variant
 
 SUMMARY_METRICS = ["pass@k", "maj@k (first k)", "maj@k (random k)", "best-of-N@k (mean log-prob)",
                    "weighted vote@k (random k)"]
@@ -84,7 +84,7 @@ def run_seed(cfg: TTSExperimentConfig, seed: int, out: Path) -> dict:
     from assocmem.training.generation import SamplingSettings
     from assocmem.training.verifiable import ChainSum
 
-    from .test_time_scaling import run_tts, save_samples, save_tts_figure
+    from ..test_time_scaling import run_tts, save_samples, save_tts_figure
 
     task = ChainSum(num_digits=cfg.num_digits)
     eval_seed = 10_000 + seed
@@ -171,7 +171,7 @@ def markdown_table(summary: dict, cfg: TTSExperimentConfig) -> str:
 
 
 def save_figure(summary: dict, cfg: TTSExperimentConfig, path: Path) -> Path:
-    from .plotting import CurvePanel, save_curve_panels
+    from ..plotting import CurvePanel, save_curve_panels
 
     ks = list(range(1, cfg.samples + 1))
     panels = []
@@ -218,22 +218,18 @@ def run_experiment(cfg: TTSExperimentConfig, seeds: list[int], out: str | Path) 
                      save_figures=lambda summary, cfg, out: save_figure(summary, cfg, out / "tts_experiment.png"))
 
 
-def register(sub, run) -> None:
-    p = sub.add_parser("tts-experiment", help="the thesis' test-time scaling experiment: GDN / hybrids / attention "
-                       "trained on chain_sum, pass@k and maj@k against k and against decode compute",
-                       description=__doc__)
-    add_seeded_flags(p)
-    p.set_defaults(func=lambda a: run(_cli, a))
+def run(args, out: Path) -> Outcome:
+    """``assocmem experiment tts``: the seeds, the table and the numbers of the result record."""
+    cfg = config_from_flags(TTSExperimentConfig, args)
+    result = run_experiment(cfg, args.seeds, out)
+    return Outcome(markdown_table(result["summary"], cfg), seed_metrics(result["per_seed_raw"], cfg),
+                   "the thesis' test-time scaling experiment (probes/experiments/tts.py): 4-layer d=64 "
+                   "GDN / hybrid / attention models trained on chain_sum; pass@k, maj@k, best-of-N on "
+                   "held-out problems, per-sample decode cost, accuracy at equal compute",
+                   {"config": cfg.model_dump(), "curves": result["summary"]["metrics"],
+                    "equal_compute": result["summary"]["equal_compute"]})
 
 
-def _cli(args) -> Path:
-    return seeded_cli(args, "tts-experiment", TTSExperimentConfig, run_experiment, markdown_table, _record)
-
-
-def _record(result: dict, cfg: TTSExperimentConfig) -> tuple[dict, dict, str]:
-    return (seed_metrics(result["per_seed_raw"], cfg),
-            {"config": cfg.model_dump(), "curves": result["summary"]["metrics"],
-             "equal_compute": result["summary"]["equal_compute"]},
-            "the thesis' test-time scaling experiment (probes/experiment_tts.py): 4-layer d=64 "
-            "GDN / hybrid / attention models trained on chain_sum; pass@k, maj@k, best-of-N on "
-            "held-out problems, per-sample decode cost, accuracy at equal compute")
+EXPERIMENT = Experiment("tts", help="the thesis' test-time scaling experiment: GDN / hybrids / attention trained on "
+                        "chain_sum, pass@k and maj@k against k and against decode compute", doc=__doc__,
+                        run=run, threads=True)
