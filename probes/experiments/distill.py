@@ -213,9 +213,8 @@ def run_experiment(cfg: DistillExperimentConfig, seeds: list[int], out: str | Pa
                      markdown_table=markdown_table, save_figures=lambda summary, cfg, out: None)
 
 
-def run(args, out: Path) -> Outcome:
+def run(cfg: DistillExperimentConfig, args, out: Path) -> Outcome:
     """``assocmem experiment distill``: the seeds, the table and the numbers of the result record."""
-    cfg = config_from_flags(DistillExperimentConfig, args)
     result = run_experiment(cfg, args.seeds, out)
     return Outcome(markdown_table(result["summary"], cfg), seed_metrics(result["per_seed_raw"], cfg),
                    "cross-architecture distillation at toy scale (probes/experiments/distill.py): a 4-layer Llama "
@@ -226,4 +225,4 @@ def run(args, out: Path) -> Outcome:
 
 EXPERIMENT = Experiment("distill", help="distil a Llama teacher (chain_sum) into 25/50/75 %% GDN and 50 %% Mamba2 "
                         "hybrids; accuracy per stage vs teacher vs from scratch; graph tracing", doc=__doc__,
-                        run=run, threads=True)
+                        run=run, settings=lambda args: config_from_flags(DistillExperimentConfig, args), threads=True)

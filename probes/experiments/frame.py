@@ -2,13 +2,14 @@
 
 An experiment module defines its flags and the work; the frame does the rest:
 
-    EXPERIMENT = Experiment("rl", help="...", doc=__doc__, run=run, flags=add_flags)
+    EXPERIMENT = Experiment("rl", help="...", doc=__doc__, run=run, flags=add_flags, settings=config)
 
-    1. flags: --seeds, --out, --overwrite, --result, and as the experiment asks --quick, --threads,
-       --jobs; then its own (``flags(Flags)``);
-    2. before any work: an existing --result is refused (unless --overwrite), the versions of
-       this process are read (``current_versions``), --out is prepared;
-    3. ``run(args, out) -> Outcome``: the table printed, the numbers of the result record;
+    1. flags: the experiment's own (``flags(Flags)``), --quick, --threads, --jobs as it asks, then
+       --seeds, --out, --overwrite, --result;
+    2. before any work: the versions of this process are read (``current_versions``), the settings
+       are built and checked (``settings(args)``, e.g. the experiment's config), an existing
+       --result is refused (unless --overwrite), --out is prepared;
+    3. ``run(settings, args, out) -> Outcome``: the table printed, the numbers of the result record;
     4. with --result, the record (training/results.py), whose command is rebuilt from the parsed
        flags (``Flags.words``: every flag that differs from its default, in the order declared,
        then --seeds, --out, --result); a user error exits 2 with "assocmem experiment NAME: why".
@@ -88,8 +89,9 @@ class Experiment:
     name: str
     help: str
     doc: str                                                     # the module docstring: --help's description
-    run: Callable[[argparse.Namespace, Path], Outcome]
+    run: Callable[[Any, argparse.Namespace, Path], Outcome]     # run(settings, args, out)
     flags: Callable[[Flags], None] = lambda flags: None          # the experiment's own flags
+    settings: Callable[[argparse.Namespace], Any] = lambda args: None  # built and checked before any work
     seeds: tuple[int, ...] = (0,)                                # --seeds' default
     quick: bool = True                                           # offers --quick (a smoke-sized run)
     threads: bool = False                                        # offers --threads (the config's field)
@@ -116,7 +118,7 @@ class Experiment:
         flags.add("--result", default=None, metavar="PATH",
                   help="also write the result record (training/results.py) to PATH (refused if it exists, "
                        "unless --overwrite)")
-        p.set_defaults(func=lambda args: self.main(args, flags))
+        p.set_defaults(func=lambda args: self.main(args, flags), flags=flags)
 
     def main(self, args: argparse.Namespace, flags: Flags) -> int:
         """Steps 2 to 4 of the module docstring; the exit code."""
@@ -132,11 +134,12 @@ class Experiment:
         from ..io import prepare_out
 
         current_versions()  # read now: the code this process runs, whatever is committed while it runs
+        settings = self.settings(args)
         if args.result and Path(args.result).exists() and not args.overwrite:
             raise FileExistsError(f"--result {args.result} exists; pass --overwrite to replace it")
         out = prepare_out(args.out, args.overwrite)
         start = time.perf_counter()
-        outcome = self.run(args, out)
+        outcome = self.run(settings, args, out)
         minutes = (time.perf_counter() - start) / 60
         print(outcome.table, end="")
         print(f"{minutes:.1f} min")

@@ -241,7 +241,7 @@ def add_flags(flags) -> None:
     flags.add("--patience", type=int, default=5, help="stop once held-out accuracy >= 0.99 for N evaluations")
 
 
-def run(args, out: Path) -> Outcome:
+def run(_, args, out: Path) -> Outcome:
     """``assocmem experiment grokking``: the runs, grokking.{json,md,png} and the numbers of the result record."""
     records = run_experiment(ps=args.p, seeds=args.seeds, variants=args.variants, epochs=args.epochs,
                              eval_every=args.eval_every, patience=args.patience, jobs=args.jobs, out=out)

@@ -267,16 +267,20 @@ def add_flags(flags) -> None:
     flags.add("--config", default=None, help="YAML/JSON file of HybridExperimentConfig fields")
 
 
-def run(args, out: Path) -> Outcome:
-    """``assocmem experiment hybrid``: every seed into ``out/seed_<s>/``, then hybrid_experiment.{json,md}
-    (``seed_summary``) in ``out``."""
+def config(args) -> HybridExperimentConfig:
+    """The config of --quick, --config, --steps and --threads (refused before any work)."""
     import yaml
 
     if args.config and not Path(args.config).is_file():
         raise FileNotFoundError(f"--config {args.config} is not a file")
     updates = {**(yaml.safe_load(Path(args.config).read_text()) if args.config else {}),
                **({"steps": args.steps} if args.steps else {})}
-    cfg = config_from_flags(HybridExperimentConfig, args, updates)
+    return config_from_flags(HybridExperimentConfig, args, updates)
+
+
+def run(cfg: HybridExperimentConfig, args, out: Path) -> Outcome:
+    """``assocmem experiment hybrid``: every seed into ``out/seed_<s>/``, then hybrid_experiment.{json,md}
+    (``seed_summary``) in ``out``."""
     result = run_seeds("hybrid", cfg, args.seeds, out,
                        run_seed=lambda cfg, s, folder: run_hybrid_experiment(cfg.model_copy(update={"seed": s}), folder),
                        summarize=lambda per_seed, cfg: seed_summary(list(per_seed.values())),
@@ -292,4 +296,4 @@ def run(args, out: Path) -> Outcome:
 
 EXPERIMENT = Experiment("hybrid", help="the thesis' hybrid experiment: train 0-100%% attention GDN hybrids + SCA 2:1 "
                         "on graph walks, probe a held-out 4x4 grid", doc=__doc__, run=run, flags=add_flags,
-                        threads=True)
+                        settings=config, threads=True)

@@ -260,10 +260,13 @@ def text_file(args, out: Path) -> tuple[Path, dict]:
     return path, {**source, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
 
-def run(args, out: Path) -> Outcome:
-    """``assocmem experiment leak``: the runs, leak.{json,md,png} and the numbers of the result record."""
+def check_text(args) -> None:
     if args.text is not None and not Path(args.text).is_file():
         raise FileNotFoundError(f"--text {args.text} is not a file")
+
+
+def run(_, args, out: Path) -> Outcome:
+    """``assocmem experiment leak``: the runs, leak.{json,md,png} and the numbers of the result record."""
     text, source = text_file(args, out)
     records = run_experiment(text=text, seeds=args.seeds, models=args.models, epochs=args.epochs, jobs=args.jobs,
                              out=out, cuts_per_block=args.cuts)
@@ -281,5 +284,5 @@ def run(args, out: Path) -> Outcome:
 
 
 EXPERIMENT = Experiment("leak", help="seed 003 §7.3: ST-1 as written vs causal vs baseline, BPC and BPC with the "
-                        "future replaced by random bytes", doc=__doc__, run=run, flags=add_flags, seeds=(0, 1, 2),
-                        quick=False, jobs=2)
+                        "future replaced by random bytes", doc=__doc__, run=run, flags=add_flags,
+                        settings=check_text, seeds=(0, 1, 2), quick=False, jobs=2)

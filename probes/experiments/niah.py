@@ -143,9 +143,8 @@ def run_experiment(cfg: NIAHExperimentConfig, seeds: list[int], out: str | Path)
                      save_figures=save_figures)
 
 
-def run(args, out: Path) -> Outcome:
+def run(cfg: NIAHExperimentConfig, args, out: Path) -> Outcome:
     """``assocmem experiment niah``: the seeds, the table and the numbers of the result record."""
-    cfg = config_from_flags(NIAHExperimentConfig, args)
     result = run_experiment(cfg, args.seeds, out)
     return Outcome(markdown_table(result["summary"], cfg), seed_metrics(result["per_seed_raw"], cfg),
                    "the thesis' needle-in-a-haystack experiment (probes/experiments/niah.py): attention, "
@@ -156,4 +155,5 @@ def run(args, out: Path) -> Outcome:
 
 
 EXPERIMENT = Experiment("niah", help="the thesis' long-context experiment: attention, GDN and a 50 %% hybrid "
-                        "trained at L=128 on needles, probed to 1024", doc=__doc__, run=run, threads=True)
+                        "trained at L=128 on needles, probed to 1024", doc=__doc__, run=run,
+                        settings=lambda args: config_from_flags(NIAHExperimentConfig, args), threads=True)

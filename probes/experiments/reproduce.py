@@ -15,7 +15,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .registry import REPRODUCIBLE, get, judge, packaged_results, respell, verdict_table
+from . import registry
+from .registry import get, judge, packaged_results, respell, verdict_table
 
 
 def register(subparsers) -> None:
@@ -60,7 +61,7 @@ def list_results(results: str | Path | None = None) -> str:
     folder = _results_folder(results)
     rows = ["| name | seeds | minutes (all seeds / --quick) | checked: stored mean [min, max] | command |",
             "|---|---|---|---|---|"]
-    for entry in REPRODUCIBLE.values():
+    for entry in registry.REPRODUCIBLE.values():
         try:
             stored = read_result(entry.stored_path(folder))
             checked = "; ".join(f"{c.metric} {stored.summary[c.metric].mean:.3g} "

@@ -297,10 +297,14 @@ def add_flags(flags) -> None:
               help="methods to run, in this order (default: all four: " + ", ".join(map(repr, METHODS)) + ")")
 
 
-def run(args, out: Path) -> Outcome:
-    """``assocmem experiment rl``: the seeds, the table and the numbers of the result record."""
+def config(args) -> RLExperimentConfig:
+    """The config of --quick, --threads, --lr, --beta and --methods (refused before any work)."""
     given = {"rl_lr": args.lr, "beta": args.beta, "methods": args.methods}
-    cfg = config_from_flags(RLExperimentConfig, args, {k: v for k, v in given.items() if v is not None})
+    return config_from_flags(RLExperimentConfig, args, {k: v for k, v in given.items() if v is not None})
+
+
+def run(cfg: RLExperimentConfig, args, out: Path) -> Outcome:
+    """``assocmem experiment rl``: the seeds, the table and the numbers of the result record."""
     result = run_experiment(cfg, args.seeds, out)
     return Outcome(markdown_table(result["summary"], cfg), seed_metrics(result["per_seed_raw"], cfg),
                    f"RL after SFT at toy scale (probes/experiments/rl.py): a GDN+attention d=64 model SFT'd on "
@@ -312,4 +316,4 @@ def run(args, out: Path) -> Outcome:
 
 EXPERIMENT = Experiment("rl", help="RL after SFT on chain_sum: GRPO vs Dr. GRPO + dapo vs gradient-balanced vs "
                         "self-distillation, held-out pass@1 and ‖g⁻‖/‖g⁺‖", doc=__doc__, run=run, flags=add_flags,
-                        threads=True)
+                        settings=config, threads=True)

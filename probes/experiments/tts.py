@@ -218,9 +218,8 @@ def run_experiment(cfg: TTSExperimentConfig, seeds: list[int], out: str | Path) 
                      save_figures=lambda summary, cfg, out: save_figure(summary, cfg, out / "tts_experiment.png"))
 
 
-def run(args, out: Path) -> Outcome:
+def run(cfg: TTSExperimentConfig, args, out: Path) -> Outcome:
     """``assocmem experiment tts``: the seeds, the table and the numbers of the result record."""
-    cfg = config_from_flags(TTSExperimentConfig, args)
     result = run_experiment(cfg, args.seeds, out)
     return Outcome(markdown_table(result["summary"], cfg), seed_metrics(result["per_seed_raw"], cfg),
                    "the thesis' test-time scaling experiment (probes/experiments/tts.py): 4-layer d=64 "
@@ -232,4 +231,4 @@ def run(args, out: Path) -> Outcome:
 
 EXPERIMENT = Experiment("tts", help="the thesis' test-time scaling experiment: GDN / hybrids / attention trained on "
                         "chain_sum, pass@k and maj@k against k and against decode compute", doc=__doc__,
-                        run=run, threads=True)
+                        run=run, settings=lambda args: config_from_flags(TTSExperimentConfig, args), threads=True)

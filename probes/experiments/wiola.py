@@ -236,13 +236,16 @@ def add_flags(flags) -> None:
     flags.add("--steps", type=int, default=None, help="override the optimizer steps per model")
 
 
-def run(args, out: Path) -> Outcome:
+def config(args) -> WiolaExperimentConfig:
+    return config_from_flags(WiolaExperimentConfig, args, {"steps": args.steps} if args.steps is not None else {})
+
+
+def run(cfg: WiolaExperimentConfig, args, out: Path) -> Outcome:
     """``assocmem experiment wiola``: the jobs, wiola_experiment.{md,json} and the numbers of the result record."""
     import json
 
     from assocmem.training.results import summarize
 
-    cfg = config_from_flags(WiolaExperimentConfig, args, {"steps": args.steps} if args.steps is not None else {})
     results = run_wiola_experiment(cfg, out, args.seeds, args.jobs)
     per_seed = seed_metrics(results)
     table = markdown_table(summarize(per_seed))
@@ -259,4 +262,4 @@ def run(args, out: Path) -> Outcome:
 
 EXPERIMENT = Experiment("wiola", help="wiola-tiny vs a same-size attention baseline on procedural bytes, and the "
                         "as-written GCLA/ATM under the random-future control", doc=__doc__, run=run, flags=add_flags,
-                        seeds=(0, 1, 2), jobs=2)
+                        settings=config, seeds=(0, 1, 2), jobs=2)

@@ -226,14 +226,18 @@ def add_flags(flags) -> None:
                    "train mode, mean over seeds)")
 
 
-def run(args, out: Path) -> Outcome:
+def measured_mu(args) -> float | None:
+    """ATM's μ of the --mu-from record (wiola_as_written, train mode, mean over seeds), if given."""
+    from assocmem.training.results import read_result
+
+    return read_result(args.mu_from).summary["wiola_as_written/mu"].mean if args.mu_from else None
+
+
+def run(mu: float | None, args, out: Path) -> Outcome:
     """``assocmem experiment wiola-claims``: every claim per seed (the seed draws the inputs of the eq. 10 and
     SRPE checks) into wiola_claims.json, and their numeric leaves for the result record."""
     import json
 
-    from assocmem.training.results import read_result
-
-    mu = read_result(args.mu_from).summary["wiola_as_written/mu"].mean if args.mu_from else None
     claims = {str(s): wiola_claims(mu, s) for s in args.seeds}
     text = json.dumps(claims, indent=2)
     (out / "wiola_claims.json").write_text(text)
@@ -244,4 +248,5 @@ def run(args, out: Path) -> Outcome:
 
 
 EXPERIMENT = Experiment("wiola-claims", help="the Wiola paper's checkable numbers (eqs. 10, 19, 33, 38–41, parameter "
-                        "counts), recomputed or measured", doc=__doc__, run=run, flags=add_flags, quick=False)
+                        "counts), recomputed or measured", doc=__doc__, run=run, flags=add_flags,
+                        settings=measured_mu, quick=False)

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from assocmem.probes.experiment_distill import DistillExperimentConfig, markdown_table, run_experiment, seed_metrics
+from assocmem.probes.experiments.distill import DistillExperimentConfig, markdown_table, run_experiment, seed_metrics
 from assocmem.training.evaluate import evaluate_run
 
 pytestmark = pytest.mark.usefixtures("one_thread")

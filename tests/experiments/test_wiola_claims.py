@@ -1,7 +1,7 @@
 """The Wiola paper's numbers as recomputed by probes/wiola_claims.py: what holds and what does not."""
 import pytest
 
-from assocmem.probes import wiola_claims as claims
+from assocmem.probes.experiments import wiola_claims as claims
 
 
 def test_eq10_printed_is_wrong_unless_gamma_is_one():
