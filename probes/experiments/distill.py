@@ -21,7 +21,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .frame import Experiment, Outcome, config_from_flags, run_seeds, spread
+from .frame import Experiment, config_from_flags, run_seeds, seeded_run, spread
 
 STAGES = ("stage1", "stage2", "stage3", "stage4")
 
@@ -213,14 +213,11 @@ def run_experiment(cfg: DistillExperimentConfig, seeds: list[int], out: str | Pa
                      markdown_table=markdown_table, save_figures=lambda summary, cfg, out: None)
 
 
-def run(cfg: DistillExperimentConfig, args, out: Path) -> Outcome:
-    """``assocmem experiment distill``: the seeds, the table and the numbers of the result record."""
-    result = run_experiment(cfg, args.seeds, out)
-    return Outcome(markdown_table(result["summary"], cfg), seed_metrics(result["per_seed_raw"], cfg),
-                   "cross-architecture distillation at toy scale (probes/experiments/distill.py): a 4-layer Llama "
-                   "teacher on chain_sum distilled into GDN / Mamba2 hybrids in four stages; held-out accuracy per "
-                   "stage vs the teacher vs the same hybrid from scratch on the same tokens; graph-tracing energy "
-                   "ratio", {"config": cfg.model_dump()})
+run = seeded_run(run_experiment, markdown_table, seed_metrics,
+                 lambda cfg: "cross-architecture distillation at toy scale (probes/experiments/distill.py): a 4-layer "
+                             "Llama teacher on chain_sum distilled into GDN / Mamba2 hybrids in four stages; held-out "
+                             "accuracy per stage vs the teacher vs the same hybrid from scratch on the same tokens; "
+                             "graph-tracing energy ratio")
 
 
 EXPERIMENT = Experiment("distill", help="distil a Llama teacher (chain_sum) into 25/50/75 %% GDN and 50 %% Mamba2 "

@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from assocmem.training.progress import Progress, progress
 
 # what a user's input raises (an existing --out or --result, a missing file, a bad value)
@@ -161,6 +163,30 @@ def config_from_flags(config_type, args: argparse.Namespace, updates: dict | Non
 
 
 # ---------------------------------------------------------------- what the runs share
+class VariantRecipe(BaseModel):
+    """The models and recipe of an experiment that trains small hybrids with ``train_variant``: the
+    fields its config shares (subclass it and add the experiment's own)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    models: dict[str, str] = Field(description="label -> layer pattern")
+    d_model: int = Field(64, gt=0, description="residual width")
+    head_dim: int = Field(16, gt=0, description="head width of every mixer")
+    mlp_ratio: float = Field(2.0, ge=0, description="SwiGLU width / d_model")
+    num_train: int = Field(20000, gt=0, description="training problems")
+    steps: int = Field(600, gt=0, description="optimizer steps per model")
+    batch_size: int = Field(32, gt=0, description="sequences per step")
+    lr: float = Field(3e-3, gt=0, description="peak learning rate")
+    threads: int | None = Field(1, gt=0, description="torch threads")
+
+    def train(self, runs: Path, label: str, vocab_size: int, data: dict, seed: int) -> tuple[object, float, dict]:
+        """``train_variant`` of the model ``label`` (its layer pattern in ``models``) on ``data``."""
+        hybrid = {"d_model": self.d_model, "vocab_size": vocab_size, "layers": self.models[label],
+                  "head_dim": self.head_dim, "mlp_ratio": self.mlp_ratio}
+        return train_variant(runs, label, hybrid, data, steps=self.steps, batch_size=self.batch_size, lr=self.lr,
+                             seed=seed, threads=self.threads)
+
+
 def train_variant(runs: Path, label: str, hybrid: dict, data: dict, *, steps: int, batch_size: int, lr: float,
                   seed: int, threads: int | None) -> tuple[object, float, dict]:
     """Train one model with ``assocmem train``'s loop (warm-up 10 %, cosine, AdamW wd 0.1); returns
@@ -185,6 +211,18 @@ def spread(values) -> dict | None:
     if not kept:
         return None
     return {"mean": sum(kept) / len(kept), "min": min(kept), "max": max(kept), "n": len(kept)}
+
+
+def seeded_run(run_experiment, markdown_table, seed_metrics, describe: Callable[[Any], str],
+               extra: Callable[[dict], dict] = lambda summary: {}) -> Callable[..., Outcome]:
+    """``run(cfg, args, out)`` of a config-driven experiment: ``run_experiment(cfg, seeds, out)`` (``run_seeds``),
+    then its table, the flat numbers ``seed_metrics(per_seed, cfg)``, ``describe(cfg)`` and the record's
+    extra: the config and ``extra(summary)``."""
+    def run(cfg, args: argparse.Namespace, out: Path) -> Outcome:
+        result = run_experiment(cfg, args.seeds, out)
+        return Outcome(markdown_table(result["summary"], cfg), seed_metrics(result["per_seed_raw"], cfg),
+                       describe(cfg), {"config": cfg.model_dump(), **extra(result["summary"])})
+    return run
 
 
 def run_seeds(name: str, cfg, seeds: list[int], out: str | Path, *, run_seed, summarize, markdown_table,

@@ -209,7 +209,7 @@ def markdown_table(rows: list[dict]) -> str:
 
 def save_curves(records: list[dict], path: Path) -> Path:
     """Held-out accuracy against epoch, one panel per p, one colour per variant."""
-    from ..plotting import plt
+    from ..plotting import plt, save_figure
 
     ps = sorted({r["p"] for r in records})
     fig, axes = plt.subplots(1, len(ps), figsize=(6 * len(ps), 4), squeeze=False)
@@ -226,9 +226,7 @@ def save_curves(records: list[dict], path: Path) -> Path:
         ax.set_ylabel("held-out accuracy")
         ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 # ---------------------------------------------------------------- command line

@@ -199,7 +199,7 @@ def markdown_table(rows: list[dict]) -> str:
 
 
 def save_curves(records: list[dict], path: Path) -> Path:
-    from ..plotting import plt
+    from ..plotting import plt, save_figure
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4))
     colours = {m: f"C{i}" for i, m in enumerate(MODELS)}
@@ -219,9 +219,7 @@ def save_curves(records: list[dict], path: Path) -> Path:
         ax.set_yscale("log")
         ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 # ---------------------------------------------------------------- command line

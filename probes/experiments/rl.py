@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from assocmem.mixers.cli_types import non_negative_float, positive_float
 from assocmem.training.rl.config import LossConfig
 
-from .frame import Experiment, Outcome, config_from_flags, run_seeds, spread
+from .frame import Experiment, config_from_flags, run_seeds, seeded_run, spread
 
 METHODS: dict[str, dict] = {
     "GRPO": {"rollout": {"advantage_scale": "group"}, "loss": {"algorithm": "policy_gradient", "aggregation": "grpo"}},
@@ -229,10 +229,7 @@ def markdown_table(summary: dict, cfg: RLExperimentConfig) -> str:
 
 def save_figure(per_seed: dict, cfg: RLExperimentConfig, path: Path) -> Path:
     """‖g⁻‖/‖g⁺‖, reward and held-out pass@1 against the round, every method and seed."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from ..plotting import plt, save_figure
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
     colours = dict(zip(cfg.methods, plt.rcParams["axes.prop_cycle"].by_key()["color"]))
@@ -250,9 +247,7 @@ def save_figure(per_seed: dict, cfg: RLExperimentConfig, path: Path) -> Path:
         ax.grid(alpha=0.3)
     axes[2].legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def seed_metrics(per_seed: dict, cfg: RLExperimentConfig) -> dict[int, dict[str, float]]:
@@ -303,15 +298,12 @@ def config(args) -> RLExperimentConfig:
     return config_from_flags(RLExperimentConfig, args, {k: v for k, v in given.items() if v is not None})
 
 
-def run(cfg: RLExperimentConfig, args, out: Path) -> Outcome:
-    """``assocmem experiment rl``: the seeds, the table and the numbers of the result record."""
-    result = run_experiment(cfg, args.seeds, out)
-    return Outcome(markdown_table(result["summary"], cfg), seed_metrics(result["per_seed_raw"], cfg),
-                   f"RL after SFT at toy scale (probes/experiments/rl.py): a GDN+attention d=64 model SFT'd on "
-                   f"chain_sum (6 digits) to ~29 % pass@1, then GRPO / Dr. GRPO + dapo / gradient-balanced / "
-                   f"self-distillation at equal sampled completions, RL lr {cfg.rl_lr:g} and KL weight β = "
-                   f"{cfg.beta:g}; held-out pass@1 (run_tts) and ‖g⁻‖/‖g⁺‖",
-                   {"config": cfg.model_dump(), "table": result["summary"]})
+run = seeded_run(run_experiment, markdown_table, seed_metrics,
+                 lambda cfg: f"RL after SFT at toy scale (probes/experiments/rl.py): a GDN+attention d=64 model SFT'd "
+                             f"on chain_sum (6 digits) to ~29 % pass@1, then GRPO / Dr. GRPO + dapo / gradient-balanced "
+                             f"/ self-distillation at equal sampled completions, RL lr {cfg.rl_lr:g} and KL weight "
+                             f"β = {cfg.beta:g}; held-out pass@1 (run_tts) and ‖g⁻‖/‖g⁺‖",
+                 lambda summary: {"table": summary})
 
 
 EXPERIMENT = Experiment("rl", help="RL after SFT on chain_sum: GRPO vs Dr. GRPO + dapo vs gradient-balanced vs "

@@ -21,30 +21,21 @@ import json
 import time
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from .frame import Experiment, Outcome, config_from_flags, run_seeds, spread, train_variant
+from .frame import Experiment, VariantRecipe, config_from_flags, run_seeds, seeded_run, spread
 
 SUMMARY_METRICS = ["pass@k", "maj@k (first k)", "maj@k (random k)", "best-of-N@k (mean log-prob)",
                    "weighted vote@k (random k)"]
 
 
-class TTSExperimentConfig(BaseModel):
-    """Sizes and budgets of the experiment."""
-
-    model_config = ConfigDict(extra="forbid")
+class TTSExperimentConfig(VariantRecipe):
+    """Sizes and budgets of the experiment (the models and recipe: ``VariantRecipe``)."""
 
     models: dict[str, str] = Field({"gdn×4": "gdn*4", "gdn×3+attn": "gdn,gdn,gdn,attn",
                                     "gdn×2+attn×2": "gdn,attn,gdn,attn", "attn×4": "attn*4"},
                                    description="label -> layer pattern")
-    d_model: int = Field(64, gt=0, description="residual width")
-    head_dim: int = Field(16, gt=0, description="head width of every mixer")
-    mlp_ratio: float = Field(2.0, ge=0, description="SwiGLU width / d_model")
     num_digits: int = Field(8, ge=1, description="chain_sum's m")
-    num_train: int = Field(20000, gt=0, description="training problems")
-    steps: int = Field(600, gt=0, description="optimizer steps per model")
-    batch_size: int = Field(32, gt=0, description="sequences per step")
-    lr: float = Field(3e-3, gt=0, description="peak learning rate")
     num_problems: int = Field(100, gt=0, description="held-out problems sampled")
     samples: int = Field(32, gt=0, description="n, samples per problem")
     temperature: float = Field(1.0, gt=0, description="sampling temperature")
@@ -53,17 +44,11 @@ class TTSExperimentConfig(BaseModel):
     long_context: int = Field(4096, gt=0, description="the long context of the decode cost")
     cost_batch: int = Field(32, gt=0, description="sequences per decode step when timing")
     cost_steps: int = Field(30, gt=0, description="timed decode steps per (model, context)")
-    threads: int | None = Field(1, gt=0, description="torch threads")
 
     @classmethod
     def quick(cls) -> "TTSExperimentConfig":
         return cls(num_digits=3, num_train=512, steps=40, batch_size=16, num_problems=16, samples=4, long_context=256,
                    cost_steps=3, models={"gdn×4": "gdn*4", "attn×4": "attn*4"})
-
-
-def _hybrid(cfg: TTSExperimentConfig, layers: str, vocab: int) -> dict:
-    return {"d_model": cfg.d_model, "vocab_size": vocab, "layers": layers, "head_dim": cfg.head_dim,
-            "mlp_ratio": cfg.mlp_ratio}
 
 
 def decode_costs(nets: dict, cfg: TTSExperimentConfig, prompt_len: int, response_len: float) -> dict:
@@ -95,9 +80,7 @@ def run_seed(cfg: TTSExperimentConfig, seed: int, out: Path) -> dict:
                                 batch_size=cfg.sample_batch, seed=seed)
     results, nets = {}, {}
     for label, layers in cfg.models.items():
-        model, seconds, summary = train_variant(out / "runs", label, _hybrid(cfg, layers, task.vocab_size), data,
-                                                steps=cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr, seed=seed,
-                                                threads=cfg.threads)
+        model, seconds, summary = cfg.train(out / "runs", label, task.vocab_size, data, seed)
         start = time.time()
         report = run_tts(model, task, problems, settings, ks=list(range(1, cfg.samples + 1)), rule=cfg.rule)
         folder = out / "models" / label
@@ -218,15 +201,11 @@ def run_experiment(cfg: TTSExperimentConfig, seeds: list[int], out: str | Path) 
                      save_figures=lambda summary, cfg, out: save_figure(summary, cfg, out / "tts_experiment.png"))
 
 
-def run(cfg: TTSExperimentConfig, args, out: Path) -> Outcome:
-    """``assocmem experiment tts``: the seeds, the table and the numbers of the result record."""
-    result = run_experiment(cfg, args.seeds, out)
-    return Outcome(markdown_table(result["summary"], cfg), seed_metrics(result["per_seed_raw"], cfg),
-                   "the thesis' test-time scaling experiment (probes/experiments/tts.py): 4-layer d=64 "
-                   "GDN / hybrid / attention models trained on chain_sum; pass@k, maj@k, best-of-N on "
-                   "held-out problems, per-sample decode cost, accuracy at equal compute",
-                   {"config": cfg.model_dump(), "curves": result["summary"]["metrics"],
-                    "equal_compute": result["summary"]["equal_compute"]})
+run = seeded_run(run_experiment, markdown_table, seed_metrics,
+                 lambda cfg: "the thesis' test-time scaling experiment (probes/experiments/tts.py): 4-layer d=64 "
+                             "GDN / hybrid / attention models trained on chain_sum; pass@k, maj@k, best-of-N on "
+                             "held-out problems, per-sample decode cost, accuracy at equal compute",
+                 lambda summary: {"curves": summary["metrics"], "equal_compute": summary["equal_compute"]})
 
 
 EXPERIMENT = Experiment("tts", help="the thesis' test-time scaling experiment: GDN / hybrids / attention trained on "

@@ -1,4 +1,4 @@
-"""distill-experiment: a micro run end to end, its numbers checked against the run folders it leaves."""
+"""The distill experiment: a micro run end to end, its numbers checked against the run folders it leaves."""
 import json
 
 import pytest
