@@ -1,6 +1,5 @@
-"""``assocmem probe graph-tracing | recall | causality | capacity | hybrid-experiment | sounding |
-grokking-experiment | leak-experiment | wiola-experiment | wiola-claims | tts | niah | tts-experiment |
-niah-experiment | rl-experiment``.
+"""``assocmem probe graph-tracing | recall | causality | capacity | sounding | tts | niah``: the commands
+that measure a model (the experiments are ``assocmem experiment NAME``, probes/experiments/).
 
 Every probe writes <out>/<probe>.json and its PNG figures into the output folder
 named by ``--out`` and prints that folder when done. An existing non-empty
@@ -17,8 +16,7 @@ from pathlib import Path
 from assocmem.memories.deprecation import moved, names_in
 from assocmem.mixers.cli_types import non_negative_float, positive_float, positive_int
 
-from . import (eval_cli, experiment_distill, experiment_hybrid, experiment_niah, experiment_rl, experiment_tts,
-               experiment_wiola, grokking, leak, sounding, wiola_claims)
+from . import eval_cli, sounding
 from . import io as probe_io
 from .io import USER_ERRORS, add_common_flags, run_command, write_json
 
@@ -27,25 +25,16 @@ def register(subparsers) -> None:
     """Add ``probe`` and its sub-subcommands (called by training/cli.py)."""
     p = subparsers.add_parser("probe", help="representation and memory probes (JSON + PNG)",
                               description="Probes: in-context graph tracing, MQAR recall, causality, capacity, "
-                                          "the thesis' hybrid experiment, test-time scaling (tts) and needle in "
-                                          "a haystack (niah).")
+                                          "gradient sounding, test-time scaling (tts) and needle in a haystack "
+                                          "(niah).")
     sub = p.add_subparsers(dest="probe", metavar="PROBE")
     sub.required = True
     _graph_parser(sub)
     _recall_parser(sub)
     _causality_parser(sub)
     _capacity_parser(sub)
-    experiment_hybrid.register(sub)
     sounding.register(sub)
-    grokking.register(sub)
-    leak.register(sub)
-    experiment_wiola.register(sub)
-    wiola_claims.register(sub)
     eval_cli.register(sub, _run)
-    experiment_tts.register(sub, _run)
-    experiment_niah.register(sub, _run)
-    experiment_distill.register(sub, _run)
-    experiment_rl.register(sub, _run)
 
 
 def _run(fn, args) -> int:

@@ -94,7 +94,7 @@ def save_pca_panels(path: str | Path, rows: list[list[PCAPanel]], graph: nx.Grap
             else:
                 axes[r][c].axis("off")
     _finish(fig, suptitle)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def save_curve_panels(path: str | Path, panels: list[CurvePanel], suptitle: str = "", ncols: int | None = None) -> Path:
@@ -122,7 +122,7 @@ def save_curve_panels(path: str | Path, panels: list[CurvePanel], suptitle: str 
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
     _finish(fig, suptitle)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def _set_scales(ax, panel: CurvePanel) -> None:
@@ -193,10 +193,11 @@ def save_heatmap(path: str | Path, values: np.ndarray, *, rows: list[str], colum
     ax.set_title(title, fontsize=9)
     fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
-def _save(fig, path: str | Path) -> Path:
+def save_figure(fig, path: str | Path) -> Path:
+    """Write ``fig`` to ``path`` (110 dpi, parent folders made) and close it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)

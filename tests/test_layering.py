@@ -6,6 +6,8 @@
 4. A higher floor is named by string (``importlib``) only where that is the point: the ``assocmem``
    dispatcher's table of subcommand modules, and the deprecation shims of moved modules
    (``memories/deprecation.py``), which import their new home only when an old path is used.
+5. The experiments (``probes/experiments/``) are a one-way annex: no module outside it imports it,
+   and only the dispatcher names it, by string, once (its command registration, ``ANNEX_ENTRY``).
 """
 from __future__ import annotations
 
@@ -19,6 +21,8 @@ ROOT = Path(__file__).resolve().parents[1]
 FLOORS = ("memories", "mixers", "models", "training", "probes")
 MODULE_NAME = re.compile(r"assocmem\.(?:%s)(?:\.\w+)*" % "|".join(FLOORS))
 DISPATCHER = "assocmem.training.cli"
+ANNEX = "assocmem.probes.experiments"
+ANNEX_ENTRY = f"{ANNEX}.cli"
 
 
 def _module_name(path: Path) -> str:
@@ -136,7 +140,27 @@ def test_a_higher_floor_is_named_by_string_only_in_the_dispatcher_and_the_shims(
     named = {m: ts for m, ts in named.items() if ts}
     shims = {m for m in named if _is_shim(MODULES[m][1])}
     assert set(named) - shims == {DISPATCHER}
-    assert named[DISPATCHER] == {"assocmem.probes.cli", "assocmem.probes.demo", "assocmem.probes.lm_eval_cli"}
+    assert named[DISPATCHER] == {"assocmem.probes.cli", "assocmem.probes.demo", "assocmem.probes.lm_eval_cli",
+                                 ANNEX_ENTRY}
+
+
+def _in_annex(module: str) -> bool:
+    return module == ANNEX or module.startswith(ANNEX + ".")
+
+
+def test_the_annex_is_read():
+    assert {ANNEX_ENTRY, f"{ANNEX}.frame", f"{ANNEX}.registry"} <= set(MODULES)
+
+
+def test_nothing_outside_the_experiments_imports_them():
+    inward = sorted((m, t) for m in MODULES if not _in_annex(m) for t, _ in _imports(m) if _in_annex(t))
+    assert inward == []
+
+
+def test_only_the_dispatcher_names_the_experiments_and_only_their_entry():
+    named = {m: {t for t in _named_modules(tree) if _in_annex(t)} for m, (_, tree) in MODULES.items()
+             if not _in_annex(m)}
+    assert {m: ts for m, ts in named.items() if ts} == {DISPATCHER: {ANNEX_ENTRY}}
 
 
 @pytest.mark.parametrize("module", ["assocmem.memories.cli", "assocmem.mixers.bench", "assocmem.models.bench"])

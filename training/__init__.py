@@ -27,8 +27,7 @@
     run_cli.py        ``assocmem train`` / ``assocmem eval``
     bench/            ``assocmem bench``: cli, forms (mixers), breakdown, decode, train; timing
     seeds.py          one config over several seeds (``assocmem train CONFIG --seeds ... --result PATH``)
-    results.py        result records: the JSON of a reproducible result (write_result, read_result)
-    reproducible.py   the registry of stored results (docs/results/) and the tolerance rule of a rerun
-    reproduce_cli.py  ``assocmem reproduce --list`` / ``assocmem reproduce NAME [--quick]``
+    results.py        result records: the JSON of a reproducible result (write_result, read_result); their
+                      registry and ``assocmem reproduce`` live with the experiments (probes/experiments/)
     configs/          example configs (MQAR Zoology Figure 2 sweep, GDN MQAR target, graph walks)
 """

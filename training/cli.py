@@ -11,7 +11,7 @@ discovery:
     assocmem train CONFIG / eval RUN_DIR              training/run_cli.py
     assocmem probe <name> ... / demo                  probes/cli.py, probes/demo.py
     assocmem eval-harness RUN [lm-eval args]          probes/lm_eval_cli.py
-    assocmem reproduce --list / NAME                  training/reproduce_cli.py
+    assocmem experiment <name> ... / reproduce NAME   probes/experiments/cli.py (the annex's one entry)
     assocmem rl CONFIG                                training/rl/cli.py
 
 The table names modules by string and imports only the one a command needs, when it
@@ -35,7 +35,8 @@ SUBCOMMANDS: dict[str, str] = {
     "probe": "assocmem.probes.cli",
     "demo": "assocmem.probes.demo",
     "eval-harness": "assocmem.probes.lm_eval_cli",
-    "reproduce": "assocmem.training.reproduce_cli",
+    "experiment": "assocmem.probes.experiments.cli",
+    "reproduce": "assocmem.probes.experiments.cli",
     "distill": "assocmem.training.distill.cli",
     "rl": "assocmem.training.rl.cli",
 }

@@ -2,13 +2,13 @@
 
 A number quoted in the README is a *result*: one CLI command run over several seeds. The
 command writes one JSON record, and the copy the README quotes is stored in
-``docs/results/<name>.json`` (registered in ``training/reproducible.py`` so that
+``probes/experiments/results/<name>.json`` (registered in ``probes/experiments/registry.py`` so that
 ``assocmem reproduce NAME`` can rerun it and compare). A record holds:
 
     {"format": 1,
      "name": "mqar-gdn-target",
      "description": "2-layer GDN, d=128, MQAR L=256 K=16 ...",
-     "command": "assocmem train mqar_gdn_target --seeds 0 1 2 --result docs/results/mqar-gdn-target.json",
+     "command": "assocmem train mqar_gdn_target --seeds 0 1 2 --result probes/experiments/results/mqar-gdn-target.json",
      "seeds": [0, 1, 2],
      "versions": {"python": "3.11.2", "torch": "2.13.0+cpu", "transformers": "5.24.0",
                   "assocmem_commit": "227aafa…", "assocmem_dirty": false, "lock_sha256": "…",
@@ -87,7 +87,7 @@ class ResultRecord(_Strict):
     """One stored result (see the module docstring for an example)."""
 
     format: Literal[1] = Field(FORMAT, description="version of this record format")
-    name: str = Field(min_length=1, description="result name, e.g. mqar-gdn-target (docs/results/<name>.json)")
+    name: str = Field(min_length=1, description="result name, e.g. mqar-gdn-target (probes/experiments/results/<name>.json)")
     description: str = Field("", description="what was run, in one or two sentences")
     command: str = Field(min_length=1, description="the command line that wrote this record")
     seeds: list[int] = Field(min_length=1, description="seeds run, in order")

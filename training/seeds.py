@@ -1,6 +1,6 @@
 """One config trained over several seeds, summarised as a result record.
 
-    assocmem train mqar_gdn_target --seeds 0 1 2 --result docs/results/mqar-gdn-target.json
+    assocmem train mqar_gdn_target --seeds 0 1 2 --result probes/experiments/results/mqar-gdn-target.json
 
 Seed s sets ``TrainConfig.seed`` (model initialisation and batch order; the data set is
 ``data.seed`` and stays the same) and names the run ``<name>-s<s>``. Like a sweep, a seed

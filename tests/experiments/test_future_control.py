@@ -4,7 +4,7 @@ import pytest
 import torch
 import transformers
 
-from assocmem.probes.future_control import future_control
+from assocmem.probes.experiments.future_control import future_control
 
 
 class NextTokenCheat(torch.nn.Module):

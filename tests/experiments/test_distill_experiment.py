@@ -1,9 +1,9 @@
-"""distill-experiment: a micro run end to end, its numbers checked against the run folders it leaves."""
+"""The distill experiment: a micro run end to end, its numbers checked against the run folders it leaves."""
 import json
 
 import pytest
 
-from assocmem.probes.experiment_distill import DistillExperimentConfig, markdown_table, run_experiment, seed_metrics
+from assocmem.probes.experiments.distill import DistillExperimentConfig, markdown_table, run_experiment, seed_metrics
 from assocmem.training.evaluate import evaluate_run
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -17,11 +17,11 @@ success rate, and do gradient balancing and scored self-distillation help?
      samples' reward and the scale applied to g⁻ per round from the run's log.jsonl (‖g±‖ measured
      for every method, also where they are not used), averaged per quarter of the run.
 
-    assocmem probe rl-experiment --out runs/rl-experiment --seeds 0 1 2
-    assocmem probe rl-experiment --lr 2e-4 --out runs/rl-experiment-lr2e-4 --seeds 0 1 2
-    assocmem probe rl-experiment --beta 0.1 --methods GRPO "Dr. GRPO + dapo" gradient-balanced \
+    assocmem experiment rl --out runs/rl-experiment --seeds 0 1 2
+    assocmem experiment rl --lr 2e-4 --out runs/rl-experiment-lr2e-4 --seeds 0 1 2
+    assocmem experiment rl --beta 0.1 --methods GRPO "Dr. GRPO + dapo" gradient-balanced \
         --out runs/rl-experiment-kl --seeds 0 1 2     # with the k3 KL to the SFT model (policy gradients only)
-    assocmem probe rl-experiment --out /tmp/rl --quick          # a smoke run (a minute)
+    assocmem experiment rl --out /tmp/rl --quick          # a smoke run (a minute)
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from assocmem.mixers.cli_types import non_negative_float, positive_float
 from assocmem.training.rl.config import LossConfig
 
-from .experiments import add_seeded_flags, run_seeds, seeded_cli, spread
+from .frame import Experiment, config_from_flags, run_seeds, seeded_run, spread
 
 METHODS: dict[str, dict] = {
     "GRPO": {"rollout": {"advantage_scale": "group"}, "loss": {"algorithm": "policy_gradient", "aggregation": "grpo"}},
@@ -138,7 +138,7 @@ def _held_out(model, cfg: RLExperimentConfig, seed: int) -> dict:
     from assocmem.training.generation import SamplingSettings
     from assocmem.training.verifiable import ChainSum
 
-    from .test_time_scaling import run_tts
+    from ..test_time_scaling import run_tts
 
     task = ChainSum(num_digits=cfg.num_digits)
     problems = task.problems(cfg.num_problems, seed=10_000)
@@ -229,10 +229,7 @@ def markdown_table(summary: dict, cfg: RLExperimentConfig) -> str:
 
 def save_figure(per_seed: dict, cfg: RLExperimentConfig, path: Path) -> Path:
     """‖g⁻‖/‖g⁺‖, reward and held-out pass@1 against the round, every method and seed."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from ..plotting import plt, save_figure
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
     colours = dict(zip(cfg.methods, plt.rcParams["axes.prop_cycle"].by_key()["color"]))
@@ -250,9 +247,7 @@ def save_figure(per_seed: dict, cfg: RLExperimentConfig, path: Path) -> Path:
         ax.grid(alpha=0.3)
     axes[2].legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def seed_metrics(per_seed: dict, cfg: RLExperimentConfig) -> dict[int, dict[str, float]]:
@@ -287,41 +282,30 @@ def run_experiment(cfg: RLExperimentConfig, seeds: list[int], out: str | Path) -
                      save_figures=figures)
 
 
-def register(sub, run) -> None:
-    p = sub.add_parser("rl-experiment", help="RL after SFT on chain_sum: GRPO vs Dr. GRPO + dapo vs gradient-"
-                       "balanced vs self-distillation, held-out pass@1 and ‖g⁻‖/‖g⁺‖", description=__doc__)
-    p.add_argument("--lr", type=positive_float, default=None,
-                   help=f"RL learning rate of every method (default {RLExperimentConfig().rl_lr:g})")
-    p.add_argument("--beta", type=non_negative_float, default=None,
-                   help=f"weight of the k3 KL to the SFT model, every method (default {RLExperimentConfig().beta:g})")
-    p.add_argument("--methods", nargs="+", choices=list(METHODS), default=None, metavar="METHOD",
-                   help="methods to run, in this order (default: all four: " + ", ".join(map(repr, METHODS)) + ")")
-    add_seeded_flags(p)
-    p.set_defaults(func=lambda a: run(_cli, a))
+def add_flags(flags) -> None:
+    """--lr, --beta and --methods: fields of ``RLExperimentConfig``."""
+    flags.add("--lr", type=positive_float, default=None,
+              help=f"RL learning rate of every method (default {RLExperimentConfig().rl_lr:g})")
+    flags.add("--beta", type=non_negative_float, default=None,
+              help=f"weight of the k3 KL to the SFT model, every method (default {RLExperimentConfig().beta:g})")
+    flags.add("--methods", nargs="+", choices=list(METHODS), default=None, metavar="METHOD",
+              help="methods to run, in this order (default: all four: " + ", ".join(map(repr, METHODS)) + ")")
 
 
-def _options(args) -> tuple[dict, list[str]]:
-    """The config updates of --lr, --beta and --methods, and those flags as command-line words."""
-    updates, words = {}, []
-    if args.lr is not None:
-        updates["rl_lr"] = args.lr
-        words += ["--lr", f"{args.lr:g}"]
-    if args.beta is not None:
-        updates["beta"] = args.beta
-        words += ["--beta", f"{args.beta:g}"]
-    if args.methods is not None:
-        updates["methods"] = args.methods
-        words += ["--methods", *args.methods]
-    return updates, words
+def config(args) -> RLExperimentConfig:
+    """The config of --quick, --threads, --lr, --beta and --methods (refused before any work)."""
+    given = {"rl_lr": args.lr, "beta": args.beta, "methods": args.methods}
+    return config_from_flags(RLExperimentConfig, args, {k: v for k, v in given.items() if v is not None})
 
 
-def _cli(args) -> Path:
-    return seeded_cli(args, "rl-experiment", RLExperimentConfig, run_experiment, markdown_table, _record, _options)
+run = seeded_run(run_experiment, markdown_table, seed_metrics,
+                 lambda cfg: f"RL after SFT at toy scale (probes/experiments/rl.py): a GDN+attention d=64 model SFT'd "
+                             f"on chain_sum (6 digits) to ~29 % pass@1, then GRPO / Dr. GRPO + dapo / gradient-balanced "
+                             f"/ self-distillation at equal sampled completions, RL lr {cfg.rl_lr:g} and KL weight "
+                             f"β = {cfg.beta:g}; held-out pass@1 (run_tts) and ‖g⁻‖/‖g⁺‖",
+                 lambda summary: {"table": summary})
 
 
-def _record(result: dict, cfg: RLExperimentConfig) -> tuple[dict, dict, str]:
-    return (seed_metrics(result["per_seed_raw"], cfg), {"config": cfg.model_dump(), "table": result["summary"]},
-            f"RL after SFT at toy scale (probes/experiment_rl.py): a GDN+attention d=64 model SFT'd on chain_sum "
-            f"(6 digits) to ~29 % pass@1, then GRPO / Dr. GRPO + dapo / gradient-balanced / self-distillation at "
-            f"equal sampled completions, RL lr {cfg.rl_lr:g} and KL weight β = {cfg.beta:g}; held-out pass@1 (run_tts) "
-            f"and ‖g⁻‖/‖g⁺‖")
+EXPERIMENT = Experiment("rl", help="RL after SFT on chain_sum: GRPO vs Dr. GRPO + dapo vs gradient-balanced vs "
+                        "self-distillation, held-out pass@1 and ‖g⁻‖/‖g⁺‖", doc=__doc__, run=run, flags=add_flags,
+                        settings=config, threads=True)

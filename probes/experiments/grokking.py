@@ -19,17 +19,15 @@ number rows; the '=' row is left alone), adaptive FGP (top-5 modes per step) and
     sounding at init      dominant mode (k >= 1) and ρ (K = 5) of W_E's mean gradient before training
     final W_E modes       the 5 strongest Fourier modes of the trained embedding (the "utilisation gap")
 
-    assocmem probe grokking-experiment --p 97 --seeds 0 1 2 --epochs 600 --out runs/grok --result grok.json
+    assocmem experiment grokking --p 97 --seeds 0 1 2 --epochs 600 --out runs/grok --result grok.json
 """
 from __future__ import annotations
 
-import concurrent.futures as futures
 import json
-import multiprocessing
 import time
 from pathlib import Path
 
-from assocmem.training.progress import Progress
+from .frame import Experiment, Outcome, run_jobs, save_outputs, spread
 
 VARIANTS: dict[str, list[dict]] = {
     "baseline": [],
@@ -109,7 +107,7 @@ def held_for(evals: list[tuple[int, float]], patience: int, threshold: float = T
 def _sounding_at_init(trainer, p: int) -> dict:
     from assocmem.training.fourier import mode_power, top_modes
 
-    from .sounding import mean_gradient, select_parameters, sound
+    from ..sounding import mean_gradient, select_parameters, sound
 
     k = min(5, p // 2)
     grads = mean_gradient(trainer.model, trainer.train_ds, batch_size=len(trainer.train_ds),
@@ -164,23 +162,16 @@ def run_experiment(*, ps: list[int], seeds: list[int], variants: list[str], epoc
                    patience: int, jobs: int, out: Path) -> list[dict]:
     """Every (p, variant, seed) run, ``jobs`` at a time (one torch thread each)."""
     todo = [(p, v, s) for p, v in runs_for(ps, variants) for s in seeds]
-    configs = [nanda_config(p, s, v, epochs, out / "runs" / f"p{p}-{v}-s{s}") for p, v, s in todo]
-    records: list[dict] = []
-    tracker = Progress(len(todo), f"grokking-experiment ({jobs} at a time)")
-    ctx = multiprocessing.get_context("spawn")
-    with futures.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
-        pending = {pool.submit(run_one, c, eval_every=eval_every, patience=patience): key
-                   for c, key in zip(configs, todo)}
-        for done in futures.as_completed(pending):
-            p, v, s = pending[done]
-            rec = {**done.result(), "variant": v}
-            records.append(rec)
-            etg = rec["grokking_epoch"]
-            tracker.done(f"p={p} {v} seed {s}", f"ETG {etg if etg is not None else 'DNF'} (mem "
-                         f"{rec['memorisation_epoch']}, val {rec['final_val_accuracy']:.3f}, {rec['epochs_run']} epochs, "
-                         f"{rec['minutes']:.1f} min, {rec['cpu_minutes']:.1f} CPU min)")
-    order = {key: i for i, key in enumerate(todo)}
-    return sorted(records, key=lambda r: order[(r["p"], r["variant"], r["seed"])])
+    work = {f"p={p} {v} seed {s}": {"cfg_dict": nanda_config(p, s, v, epochs, out / "runs" / f"p{p}-{v}-s{s}"),
+                                    "eval_every": eval_every, "patience": patience} for p, v, s in todo}
+    records = run_jobs("grokking-experiment", run_one, work, jobs, _note)
+    return [{**r, "variant": v} for r, (_, v, _) in zip(records, todo)]
+
+
+def _note(r: dict) -> str:
+    etg = r["grokking_epoch"]
+    return (f"ETG {etg if etg is not None else 'DNF'} (mem {r['memorisation_epoch']}, val {r['final_val_accuracy']:.3f}, "
+            f"{r['epochs_run']} epochs, {r['minutes']:.1f} min, {r['cpu_minutes']:.1f} CPU min)")
 
 
 def summarize(records: list[dict], epochs: int) -> list[dict]:
@@ -193,24 +184,17 @@ def summarize(records: list[dict], epochs: int) -> list[dict]:
             mem = [r["memorisation_epoch"] for r in runs]
             paper = PAPER.get(p, {}).get(v)
             rows.append({"p": p, "variant": v, "seeds": len(runs), "grokked": sum(e is not None for e in etg),
-                         "etg": _stats(etg), "memorisation": _stats(mem), "budget_epochs": epochs,
-                         "final_val_accuracy": _stats([r["final_val_accuracy"] for r in runs]),
+                         "etg": spread(etg), "memorisation": spread(mem), "budget_epochs": epochs,
+                         "final_val_accuracy": spread([r["final_val_accuracy"] for r in runs]),
                          "paper_etg": None if paper is None else paper[0],
                          "paper_etg_std": None if paper is None else paper[1],
                          "paper_memorisation": None if paper is None else paper[2]})
     return rows
 
 
-def _stats(values: list) -> dict:
-    got = [float(v) for v in values if v is not None]
-    if not got:
-        return {"mean": None, "min": None, "max": None, "n": 0}
-    return {"mean": sum(got) / len(got), "min": min(got), "max": max(got), "n": len(got)}
-
-
 def markdown_table(rows: list[dict]) -> str:
     """The README table: ours (mean [min, max], grokked/seeds) beside the paper's."""
-    fmt = lambda s: "—" if s["mean"] is None else f"{s['mean']:.0f} [{s['min']:.0f}, {s['max']:.0f}]"  # noqa: E731
+    fmt = lambda s: "—" if s is None else f"{s['mean']:.0f} [{s['min']:.0f}, {s['max']:.0f}]"  # noqa: E731
     paper = lambda r: "—" if r["paper_etg"] is None else (  # noqa: E731
         f"{r['paper_etg']:.1f}" + (f" ± {r['paper_etg_std']}" if r["paper_etg_std"] is not None else ""))
     mem = lambda r: "—" if r["paper_memorisation"] is None else f"{r['paper_memorisation']}"  # noqa: E731
@@ -225,7 +209,7 @@ def markdown_table(rows: list[dict]) -> str:
 
 def save_curves(records: list[dict], path: Path) -> Path:
     """Held-out accuracy against epoch, one panel per p, one colour per variant."""
-    from .plotting import plt
+    from ..plotting import plt, save_figure
 
     ps = sorted({r["p"] for r in records})
     fig, axes = plt.subplots(1, len(ps), figsize=(6 * len(ps), 4), squeeze=False)
@@ -242,63 +226,38 @@ def save_curves(records: list[dict], path: Path) -> Path:
         ax.set_ylabel("held-out accuracy")
         ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 # ---------------------------------------------------------------- command line
-def register(sub) -> None:
-    """``assocmem probe grokking-experiment`` (called by probes/cli.py)."""
-    from .io import add_common_flags
-
-    g = sub.add_parser("grokking-experiment", help="seed 003 §5: PFFT / FGP / GrokFast on Nanda et al.'s grokking "
-                       "setup, epochs-to-grokking beside the paper's")
-    g.add_argument("--p", type=int, nargs="+", default=[97, 113], help="moduli (default 97 113)")
-    g.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds (default 0 1 2)")
-    g.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS),
-                   help="variants (default all; pfft_spread5_p113 runs at p = 113 only)")
-    g.add_argument("--epochs", type=int, default=3000, help="full-batch epochs per run at most (default 3000)")
-    g.add_argument("--eval-every", type=int, default=10, help="held-out evaluation every N epochs (default 10)")
-    g.add_argument("--patience", type=int, default=5, help="stop once held-out accuracy >= 0.99 for N evaluations")
-    g.add_argument("--jobs", type=int, default=2, help="runs at once, one torch thread each (default 2)")
-    g.add_argument("--result", help="also write the result record (training/results.py) to this JSON file")
-    add_common_flags(g)
-    g.set_defaults(func=_cli)
+def add_flags(flags) -> None:
+    flags.add("--p", type=int, nargs="+", default=[97, 113], help="moduli (default 97 113)")
+    flags.add("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS),
+              help="variants (default all; pfft_spread5_p113 runs at p = 113 only)")
+    flags.add("--epochs", type=int, default=3000, help="full-batch epochs per run at most (default 3000)")
+    flags.add("--eval-every", type=int, default=10, help="held-out evaluation every N epochs (default 10)")
+    flags.add("--patience", type=int, default=5, help="stop once held-out accuracy >= 0.99 for N evaluations")
 
 
-def _cli(args) -> int:
-    from .io import run_command
-
-    return run_command(run_cli, args)
-
-
-def run_cli(args) -> Path:
-    from assocmem.training.results import command_line, write_result
-
-    from .experiments import check_result_path, save_outputs
-    from .io import prepare_out
-
-    check_result_path(args)
-    out = prepare_out(args.out, args.overwrite)
-    start = time.perf_counter()
+def run(_, args, out: Path) -> Outcome:
+    """``assocmem experiment grokking``: the runs, grokking.{json,md,png} and the numbers of the result record."""
     records = run_experiment(ps=args.p, seeds=args.seeds, variants=args.variants, epochs=args.epochs,
                              eval_every=args.eval_every, patience=args.patience, jobs=args.jobs, out=out)
     rows = summarize(records, args.epochs)
-    minutes = (time.perf_counter() - start) / 60
-    save_outputs(out, "grokking", rows, records, minutes, markdown_table, save_curves)
-    if args.result:
-        per_seed = {s: _seed_metrics(records, s, args.epochs) for s in args.seeds}
-        extra = {"rows": rows, "minutes": minutes, "epochs": args.epochs, "eval_every": args.eval_every,
-                 "patience": args.patience, "jobs": args.jobs,
-                 "curves": {r["name"]: r["val_curve"] for r in records},
-                 "init": {r["name"]: r["init"] for r in records},
-                 "final_weight_top_modes": {r["name"]: r["final_weight_top_modes"] for r in records}}
-        write_result(args.result, name=result_name(args.p), command=command_line("assocmem"), seeds=args.seeds,
-                     per_seed=per_seed, extra=extra, overwrite=args.overwrite,
-                     description="Seed 003 §5 on Nanda et al. 2023's one-layer model: epochs-to-grokking and "
-                                 "memorisation epoch of the baseline, PFFT, adaptive FGP and GrokFast-EMA")
-    return out
+    table = save_outputs(out, "grokking", rows, records, markdown_table, save_curves)
+    return Outcome(table, {s: _seed_metrics(records, s, args.epochs) for s in args.seeds},
+                   "Seed 003 §5 on Nanda et al. 2023's one-layer model: epochs-to-grokking and memorisation epoch of "
+                   "the baseline, PFFT, adaptive FGP and GrokFast-EMA",
+                   {"rows": rows, "epochs": args.epochs, "eval_every": args.eval_every, "patience": args.patience,
+                    "jobs": args.jobs, "curves": {r["name"]: r["val_curve"] for r in records},
+                    "init": {r["name"]: r["init"] for r in records},
+                    "final_weight_top_modes": {r["name"]: r["final_weight_top_modes"] for r in records}},
+                   name=result_name(args.p))
+
+
+EXPERIMENT = Experiment("grokking", help="seed 003 §5: PFFT / FGP / GrokFast on Nanda et al.'s grokking setup, "
+                        "epochs-to-grokking beside the paper's", doc=__doc__, run=run, flags=add_flags,
+                        seeds=(0, 1, 2), quick=False, jobs=2)
 
 
 def _seed_metrics(records: list[dict], seed: int, epochs: int) -> dict[str, float | None]:

@@ -1,12 +1,12 @@
-"""tts-experiment and niah-experiment: equal compute, summaries over seeds, a micro run end to end."""
+"""The tts and niah experiments: equal compute, summaries over seeds, a micro run end to end."""
 import json
 
 import pytest
 
-from assocmem.probes.experiment_niah import NIAHExperimentConfig
-from assocmem.probes.experiment_niah import run_experiment as run_niah
-from assocmem.probes.experiment_tts import TTSExperimentConfig, equal_compute, seed_metrics, summarize
-from assocmem.probes.experiment_tts import run_experiment as run_tts_experiment
+from assocmem.probes.experiments.niah import NIAHExperimentConfig
+from assocmem.probes.experiments.niah import run_experiment as run_niah
+from assocmem.probes.experiments.tts import TTSExperimentConfig, equal_compute, seed_metrics, summarize
+from assocmem.probes.experiments.tts import run_experiment as run_tts_experiment
 from assocmem.training.results import read_result
 
 
@@ -29,7 +29,8 @@ def test_equal_compute_gives_the_cheaper_model_more_samples():
     assert [r["cheap"]["k"] for r in rows] == [4, 8, 8, 8] and [r["dear"]["k"] for r in rows] == [1, 2, 4, 8]
     assert rows[0]["cheap"]["value"] == pytest.approx(0.2) and rows[0]["dear"]["value"] == pytest.approx(0.2)
     summary = summarize({0: results, 1: {"cheap": _fake(1.0, 1.0, 0.1), "dear": _fake(3.0, 4.0, 0.2)}}, cfg)
-    assert summary["metrics"]["cheap"]["pass@k"][0] == {"mean": pytest.approx(0.075), "min": 0.05, "max": 0.1}
+    assert summary["metrics"]["cheap"]["pass@k"][0] == {"mean": pytest.approx(0.075), "min": 0.05, "max": 0.1,
+                                                        "n": 2}
     first = summary["equal_compute"]["pass@k, long context"][0]
     assert first["cheap"]["k"] == [4, 4] and first["cheap"]["mean"] == pytest.approx((0.2 + 0.4) / 2)
     flat = seed_metrics({0: results}, cfg)[0]
@@ -58,16 +59,16 @@ def test_micro_runs_end_to_end(tmp_path):
 
 
 def test_the_cli_writes_a_result_record_and_refuses_to_replace_it(tmp_path, monkeypatch, capsys):
-    from assocmem.probes import experiment_niah
+    from assocmem.probes.experiments import niah as experiment_niah
     from assocmem.training.cli import main as cli_main
 
     micro = NIAHExperimentConfig(models={"gdn": "gdn"}, d_model=16, train_length=16, num_train=32, steps=2,
                                  batch_size=8, lengths=[16], depths=[0.5], trials=2)
     monkeypatch.setattr(experiment_niah.NIAHExperimentConfig, "quick", classmethod(lambda cls: micro))
     result = tmp_path / "niah.json"
-    args = ["probe", "niah-experiment", "--quick", "--seeds", "0", "--out", str(tmp_path / "o"), "--result", str(result)]
+    args = ["experiment", "niah", "--quick", "--seeds", "0", "--out", str(tmp_path / "o"), "--result", str(result)]
     assert cli_main(args) == 0
     record = read_result(result)
     assert record.seeds == [0] and "gdn within L<=16" in record.summary
-    assert record.command.startswith("assocmem probe niah-experiment --quick --seeds 0")
+    assert record.command.startswith("assocmem experiment niah --quick --seeds 0")
     assert cli_main(args) == 2 and "exists" in capsys.readouterr().err

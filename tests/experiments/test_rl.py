@@ -1,11 +1,11 @@
-"""rl-experiment: a micro run end to end, its table and its result record."""
+"""The rl experiment: a micro run end to end, its table and its result record."""
 from __future__ import annotations
 
 import json
 
 import numpy as np
 
-from assocmem.probes.experiment_rl import RLExperimentConfig, markdown_table, run_experiment
+from assocmem.probes.experiments.rl import RLExperimentConfig, markdown_table, run_experiment
 from assocmem.training.results import read_result
 from assocmem.training.runlog import read_log
 
@@ -38,13 +38,13 @@ def test_micro_run_end_to_end(tmp_path):
 
 
 def test_the_cli_writes_a_result_record(tmp_path, monkeypatch, capsys):
-    from assocmem.probes import experiment_rl
+    from assocmem.probes.experiments import rl as experiment_rl
     from assocmem.training.cli import main as cli_main
 
     micro = RLExperimentConfig(**{**MICRO, "eval_every": 0}, methods=["gradient-balanced"])
     monkeypatch.setattr(experiment_rl.RLExperimentConfig, "quick", classmethod(lambda cls: micro))
     result = tmp_path / "rl.json"
-    args = ["probe", "rl-experiment", "--quick", "--seeds", "0", "--out", str(tmp_path / "o"), "--result", str(result)]
+    args = ["experiment", "rl", "--quick", "--seeds", "0", "--out", str(tmp_path / "o"), "--result", str(result)]
     assert cli_main(args) == 0
     record = read_result(result)
     assert record.seeds == [0] and "gradient-balanced pass@1" in record.summary and "SFT pass@1" in record.summary
@@ -52,17 +52,17 @@ def test_the_cli_writes_a_result_record(tmp_path, monkeypatch, capsys):
 
 
 def test_the_lr_flag_reaches_the_config_and_the_recorded_command(tmp_path, monkeypatch):
-    from assocmem.probes import experiment_rl
+    from assocmem.probes.experiments import rl as experiment_rl
     from assocmem.training.cli import main as cli_main
 
     micro = RLExperimentConfig(**{**MICRO, "eval_every": 0, "rounds": 1}, methods=["GRPO"])
     monkeypatch.setattr(experiment_rl.RLExperimentConfig, "quick", classmethod(lambda cls: micro))
     result = tmp_path / "rl.json"
-    args = ["probe", "rl-experiment", "--lr", "2e-4", "--quick", "--seeds", "0", "--out", str(tmp_path / "o"),
+    args = ["experiment", "rl", "--lr", "2e-4", "--quick", "--seeds", "0", "--out", str(tmp_path / "o"),
             "--result", str(result)]
     assert cli_main(args) == 0
     record = read_result(result)
-    assert record.command.startswith("assocmem probe rl-experiment --lr 0.0002 --quick --seeds 0")
+    assert record.command.startswith("assocmem experiment rl --lr 0.0002 --quick --seeds 0")
     stored = json.loads((tmp_path / "o" / "rl_experiment.json").read_text())
     assert stored["config"]["rl_lr"] == 2e-4
     rl_config = (tmp_path / "o" / "seed_0" / "runs" / "GRPO" / "config.yaml").read_text()
@@ -70,17 +70,17 @@ def test_the_lr_flag_reaches_the_config_and_the_recorded_command(tmp_path, monke
 
 
 def test_beta_and_methods_reach_the_config_the_rl_runs_and_the_recorded_command(tmp_path, monkeypatch):
-    from assocmem.probes import experiment_rl
+    from assocmem.probes.experiments import rl as experiment_rl
     from assocmem.training.cli import main as cli_main
 
     micro = RLExperimentConfig(**{**MICRO, "eval_every": 0, "rounds": 1})
     monkeypatch.setattr(experiment_rl.RLExperimentConfig, "quick", classmethod(lambda cls: micro))
     result = tmp_path / "rl.json"
-    args = ["probe", "rl-experiment", "--beta", "0.1", "--methods", "GRPO", "Dr. GRPO + dapo", "--quick",
+    args = ["experiment", "rl", "--beta", "0.1", "--methods", "GRPO", "Dr. GRPO + dapo", "--quick",
             "--seeds", "0", "--out", str(tmp_path / "o"), "--result", str(result)]
     assert cli_main(args) == 0
     record = read_result(result)
-    assert record.command.startswith("assocmem probe rl-experiment --beta 0.1 --methods GRPO 'Dr. GRPO + dapo' "
+    assert record.command.startswith("assocmem experiment rl --beta 0.1 --methods GRPO 'Dr. GRPO + dapo' "
                                      "--quick --seeds 0")
     assert {k for k in record.summary if k.endswith("pass@1")} == {"SFT pass@1", "GRPO pass@1", "Dr. GRPO + dapo pass@1"}
     stored = json.loads((tmp_path / "o" / "rl_experiment.json").read_text())
@@ -98,7 +98,7 @@ def test_an_unknown_method_is_refused_with_the_known_ones(capsys):
     from assocmem.training.cli import main as cli_main
 
     with pytest.raises(SystemExit):
-        cli_main(["probe", "rl-experiment", "--methods", "PPO", "--quick", "--out", "x"])
+        cli_main(["experiment", "rl", "--methods", "PPO", "--quick", "--out", "x"])
     err = capsys.readouterr().err
     assert "invalid choice: 'PPO'" in err and "'GRPO'" in err and "'self-distillation'" in err
 
@@ -107,7 +107,7 @@ def test_a_kl_weight_with_self_distillation_is_refused_before_any_work(tmp_path,
     from assocmem.training.cli import main as cli_main
 
     out = tmp_path / "o"
-    assert cli_main(["probe", "rl-experiment", "--beta", "0.1", "--quick", "--out", str(out)]) == 2
+    assert cli_main(["experiment", "rl", "--beta", "0.1", "--quick", "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert "beta = 0.1: self-distillation: loss.beta = 0.1 has no effect with loss.algorithm: self_distillation" in err
     assert "Or run the other methods only (--methods 'GRPO' 'Dr. GRPO + dapo' 'gradient-balanced')" in err

@@ -3,7 +3,7 @@ import re
 
 import pytest
 
-from assocmem.training.textgen import NAMES, procedural_text
+from assocmem.probes.experiments.textgen import NAMES, procedural_text
 
 
 def test_same_seed_same_text_other_seed_other_text():

@@ -12,9 +12,9 @@ layer side by side, and a JSON summary.
 Attention placement for a fraction p of n layers: layer i is attention when
 floor((i+1)·p) > floor(i·p) (n = 4: 25 % → [3], 50 % → [1, 3], 75 % → [1, 2, 3]).
 
-    assocmem probe hybrid-experiment --out results/hybrid                  # one seed, ~15-20 min on 2 CPU cores
-    assocmem probe hybrid-experiment --out results/hybrid --seeds 0 1 2 3  # DIR/seed_<s>/ + hybrid_seeds.{md,json}
-    assocmem probe hybrid-experiment --out /tmp/h --quick                  # ~2 min smoke run
+    assocmem experiment hybrid --out results/hybrid                  # one seed, ~15-20 min on 2 CPU cores
+    assocmem experiment hybrid --out results/hybrid --seeds 0 1 2 3  # DIR/seed_<s>/ + hybrid_experiment.{md,json}
+    assocmem experiment hybrid --out /tmp/h --quick                  # ~2 min smoke run
 
 With several seeds the headline number per model is the lowest energy ratio over layers at
 the full context (the layer whose class means follow the graph best), per seed and averaged.
@@ -30,10 +30,9 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from assocmem.mixers.cli_types import positive_int
-
 from assocmem.training.progress import progress
 
-from .io import add_common_flags, prepare_out
+from .frame import Experiment, Outcome, config_from_flags, run_seeds
 
 
 class HybridExperimentConfig(BaseModel):
@@ -112,7 +111,7 @@ def _train_and_probe(cfg: HybridExperimentConfig, label: str, hybrid: dict, out:
     from assocmem.training.config import config_from_dict
     from assocmem.training.loop import train
 
-    from .graph_tracing import save_graph_tracing_figures, trace_graph
+    from ..graph_tracing import save_graph_tracing_figures, trace_graph
 
     t0 = time.time()
     summary = train(config_from_dict(_train_config(cfg, label, hybrid, out / "runs")), overwrite=True)
@@ -152,7 +151,7 @@ def headline_numbers(res, window_contexts: tuple[int, ...]) -> dict:
 def save_comparison_figures(results: list[dict], graph, out: Path) -> list[Path]:
     """hybrid_curves.png (accuracy and last-layer energy ratio vs context, one line per model)
     and hybrid_pca.png (last-layer PCA per model side by side, plus the control)."""
-    from .plotting import CurvePanel, PCAPanel, save_curve_panels, save_pca_panels
+    from ..plotting import CurvePanel, PCAPanel, save_curve_panels, save_pca_panels
 
     def series(fn):
         return {r["label"]: (r["probe"].context_lengths, list(fn(r["probe"]))) for r in results}
@@ -262,80 +261,39 @@ def seed_table(agg: dict) -> str:
     return "\n".join(rows) + "\n"
 
 
-def run_seeds(cfg: HybridExperimentConfig, seeds: list[int], out: str | Path) -> dict:
-    """``run_hybrid_experiment`` once per seed into out/seed_<s>/, then hybrid_seeds.{md,json} in out."""
-    out = Path(out)
-    summaries = [run_hybrid_experiment(cfg.model_copy(update={"seed": s}), out / f"seed_{s}")
-                 for s in progress(seeds, "hybrid-experiment", label=lambda s: f"seed {s}")]
-    agg = seed_summary(summaries)
-    (out / "hybrid_seeds.json").write_text(json.dumps(agg, indent=2))
-    (out / "hybrid_seeds.md").write_text(seed_table(agg))
-    return agg
+def add_flags(flags) -> None:
+    """--steps and --config: fields of ``HybridExperimentConfig``."""
+    flags.add("--steps", type=positive_int, default=None, help="override the optimizer steps per model")
+    flags.add("--config", default=None, help="YAML/JSON file of HybridExperimentConfig fields")
 
 
-def register(sub) -> None:
-    """``assocmem probe hybrid-experiment`` (called by probes/cli.py)."""
-    h = sub.add_parser("hybrid-experiment", help="the thesis' hybrid experiment: train 0-100%% attention "
-                       "GDN hybrids + SCA 2:1 on graph walks, probe a held-out 4x4 grid")
-    h.add_argument("--quick", action="store_true", help="smoke-sized run (minutes)")
-    h.add_argument("--steps", type=positive_int, default=None, help="override the optimizer steps per model")
-    h.add_argument("--config", default=None, help="YAML/JSON file of HybridExperimentConfig fields")
-    h.add_argument("--seeds", type=int, nargs="+", default=None, metavar="S",
-                   help="run every seed into OUT/seed_<S>/ and write the per-seed table OUT/hybrid_seeds.md "
-                        "(replaces --seed)")
-    h.add_argument("--threads", type=positive_int, default=None, help="torch threads while training (default: the config's, 2)")
-    h.add_argument("--result", default=None, metavar="PATH",
-                   help="with --seeds: also write the result record (training/results.py) to PATH "
-                        "(refused if it exists, unless --overwrite)")
-    add_common_flags(h)
-    h.set_defaults(func=_cli)
-
-
-def _write_result(args, cfg: HybridExperimentConfig, agg: dict) -> None:
-    from assocmem.training.results import command_line, write_result
-
-    argv = ["probe", "hybrid-experiment", *(["--quick"] if args.quick else []),
-            *(["--steps", str(args.steps)] if args.steps else []), *(["--config", args.config] if args.config else []),
-            *(["--threads", str(args.threads)] if args.threads else []), "--seeds", *map(str, args.seeds),
-            "--out", args.out, "--result", args.result]
-    write_result(args.result, name=Path(args.result).stem, command=command_line("assocmem", argv), seeds=args.seeds,
-                 per_seed=seed_metrics(agg), overwrite=args.overwrite,
-                 description="the thesis' hybrid experiment (probes/experiment_hybrid.py): per model, the lowest "
-                 "energy ratio over layers at full context, the last layer's, the neighbour mass and the "
-                 "held-out accuracy on the training graphs",
-                 extra={"config": cfg.model_dump(), "mean_control_energy_ratio": agg["mean_control_energy_ratio"],
-                        "layers": {m["label"]: m["layers"] for m in agg["models"]}})
-
-
-def _cli(args) -> int:
-    import sys
-
+def config(args) -> HybridExperimentConfig:
+    """The config of --quick, --config, --steps and --threads (refused before any work)."""
     import yaml
 
-    try:
-        data = yaml.safe_load(Path(args.config).read_text()) if args.config else {}
-        base = HybridExperimentConfig.quick().model_dump() if args.quick else {}
-        cfg = HybridExperimentConfig.model_validate({**base, **data, "seed": args.seed,
-                                                     **({"steps": args.steps} if args.steps else {}),
-                                                     **({"threads": args.threads} if args.threads else {})})
-        if args.result and not args.seeds:
-            raise ValueError("--result needs --seeds (a result is a set of seeds)")
-        if args.result and Path(args.result).exists() and not args.overwrite:
-            raise FileExistsError(f"--result {args.result} exists; pass --overwrite to replace it")
-        out = prepare_out(args.out, args.overwrite)
-        if args.result:
-            from assocmem.training.results import current_versions
+    if args.config and not Path(args.config).is_file():
+        raise FileNotFoundError(f"--config {args.config} is not a file")
+    updates = {**(yaml.safe_load(Path(args.config).read_text()) if args.config else {}),
+               **({"steps": args.steps} if args.steps else {})}
+    return config_from_flags(HybridExperimentConfig, args, updates)
 
-            current_versions()  # read now: the code this process runs
-    except (FileExistsError, FileNotFoundError, ValueError) as err:
-        print(f"assocmem probe hybrid-experiment: {err}", file=sys.stderr)
-        return 2
-    if args.seeds:
-        agg = run_seeds(cfg, args.seeds, out)
-        print(seed_table(agg))
-        if args.result:
-            _write_result(args, cfg, agg)
-    else:
-        print(markdown_table(run_hybrid_experiment(cfg, out)))
-    print(out)
-    return 0
+
+def run(cfg: HybridExperimentConfig, args, out: Path) -> Outcome:
+    """``assocmem experiment hybrid``: every seed into ``out/seed_<s>/``, then hybrid_experiment.{json,md}
+    (``seed_summary``) in ``out``."""
+    result = run_seeds("hybrid", cfg, args.seeds, out,
+                       run_seed=lambda cfg, s, folder: run_hybrid_experiment(cfg.model_copy(update={"seed": s}), folder),
+                       summarize=lambda per_seed, cfg: seed_summary(list(per_seed.values())),
+                       markdown_table=lambda agg, cfg: seed_table(agg), save_figures=lambda agg, cfg, out: None)
+    agg = result["summary"]
+    return Outcome(seed_table(agg), seed_metrics(agg),
+                   "the thesis' hybrid experiment (probes/experiments/hybrid.py): per model, the lowest energy ratio "
+                   "over layers at full context, the last layer's, the neighbour mass and the held-out accuracy on "
+                   "the training graphs",
+                   {"config": cfg.model_dump(), "mean_control_energy_ratio": agg["mean_control_energy_ratio"],
+                    "layers": {m["label"]: m["layers"] for m in agg["models"]}})
+
+
+EXPERIMENT = Experiment("hybrid", help="the thesis' hybrid experiment: train 0-100%% attention GDN hybrids + SCA 2:1 "
+                        "on graph walks, probe a held-out 4x4 grid", doc=__doc__, run=run, flags=add_flags,
+                        settings=config, threads=True)

@@ -3,14 +3,17 @@
 Every number the README quotes comes from a result registered here: its name, the
 ``assocmem`` command that makes it (arguments, with placeholders), the seeds, which
 metrics are checked and with what tolerance, and how long one seed takes. The stored
-record is ``docs/results/<name>.json`` (format: ``training/results.py``);
+record is ``<name>.json`` in a results folder (format: ``training/results.py``): by default
+the one shipped with the package (``packaged_results()``: probes/experiments/results/, found
+through importlib.resources, so it is there after a plain ``pip install``).
 ``assocmem reproduce NAME`` reruns the command into a fresh folder and compares.
 
 Placeholders in ``Reproducible.command``:
 
     {seeds}    the seeds, one argument each          (documented: the registered seeds)
     {out}      a folder the command may create        (documented: runs/<name>)
-    {result}   the result record the command writes   (documented: docs/results/<name>.json)
+    {result}   the result record the command writes   (documented: probes/experiments/results/<name>.json)
+    {stored}   the folder of the stored results       (documented: probes/experiments/results)
 
 The tolerance rule (``Check``): a rerun value v of a metric holds when
 
@@ -22,19 +25,47 @@ its own, so ``--quick`` (one seed) uses the same rule. Same machine, same thread
 the runs are deterministic and the rerun repeats the stored per-seed values; another
 CPU rounds differently, which the spread over seeds covers.
 
+A stored record keeps the command that wrote it, as it was spelled then (its ``versions``
+name the commit). Commands renamed since are listed once, in ``RESPELLED``; ``respell``
+gives a stored command in today's spelling.
+
 Adding a result: write the command (it must accept the seeds and write the record with
 ``training.results.write_result``), run it with the documented paths, commit the JSON,
 then add one ``register(Reproducible(...))`` call below.
 """
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field
+from importlib.resources import files
 from pathlib import Path
 
-from .results import REPO_ROOT, ResultRecord
+from assocmem.training.results import ResultRecord
 
-RESULTS_DIR = REPO_ROOT / "docs" / "results"
 PLACEHOLDERS = ("{seeds}", "{out}", "{result}")
+DOCUMENTED_RESULTS = "probes/experiments/results"  # the packaged results, as a path in a checkout
+
+# old spelling -> today's, applied in this order to a stored command (``respell``)
+RESPELLED: tuple[tuple[str, str], ...] = (
+    *((f"assocmem probe {old}", f"assocmem experiment {new}") for old, new in (
+        ("hybrid-experiment", "hybrid"), ("rl-experiment", "rl"), ("tts-experiment", "tts"),
+        ("niah-experiment", "niah"), ("distill-experiment", "distill"), ("wiola-experiment", "wiola"),
+        ("grokking-experiment", "grokking"), ("leak-experiment", "leak"), ("wiola-claims", "wiola-claims"))),
+    ("docs/results/", f"{DOCUMENTED_RESULTS}/"),   # where the stored results lived
+    (" --seed ", " --seeds "),                      # wiola-claims took one --seed
+)
+
+
+def respell(command: str) -> str:
+    """A stored command in today's spelling (``RESPELLED``)."""
+    for old, new in RESPELLED:
+        command = command.replace(old, new)
+    return command
+
+
+def packaged_results() -> Path:
+    """The results folder shipped inside the package (probes/experiments/results/)."""
+    return Path(str(files(__package__).joinpath("results")))
 
 
 @dataclass(frozen=True)
@@ -76,26 +107,26 @@ class Reproducible:
         if not self.seeds or not self.checks:
             raise ValueError(f"result {self.name!r}: give at least one seed and one Check")
 
-    @property
-    def stored_path(self) -> Path:
-        return RESULTS_DIR / f"{self.name}.json"
+    def stored_path(self, results: str | Path) -> Path:
+        """The stored record in the results folder ``results``."""
+        return Path(results) / f"{self.name}.json"
 
-    def argv(self, seeds: tuple[int, ...] | list[int], out: str | Path, result: str | Path) -> list[str]:
+    def argv(self, seeds: tuple[int, ...] | list[int], out: str | Path, result: str | Path,
+             stored: str | Path) -> list[str]:
         """The command's arguments with the placeholders filled in."""
         args: list[str] = []
         for arg in self.command:
             if arg == "{seeds}":
                 args += [str(s) for s in seeds]
             else:
-                args.append(arg.replace("{out}", str(out)).replace("{result}", str(result)))
+                args.append(arg.replace("{out}", str(out)).replace("{result}", str(result))
+                            .replace("{stored}", str(stored)))
         return args
 
     def documented_command(self) -> str:
-        """The command as the README gives it (the stored record was written by exactly this)."""
-        import shlex
-
+        """The command as the README gives it, run from a checkout (the stored record was written by it)."""
         return shlex.join(["assocmem", *self.argv(self.seeds, f"runs/{self.name}",
-                                                   f"docs/results/{self.name}.json")])
+                                                   f"{DOCUMENTED_RESULTS}/{self.name}.json", DOCUMENTED_RESULTS)])
 
     def rerun_seeds(self, quick: bool) -> tuple[int, ...]:
         return (self.quick_seeds or self.seeds[:1]) if quick else self.seeds
@@ -142,7 +173,7 @@ def judge(entry: Reproducible, stored: ResultRecord, rerun: ResultRecord) -> lis
     verdicts = []
     for check in entry.checks:
         if check.metric not in stored.summary:
-            raise ValueError(f"{entry.stored_path}: the stored result has no metric {check.metric!r} "
+            raise ValueError(f"{entry.name}: the stored result has no metric {check.metric!r} "
                              f"(it has {sorted(stored.summary)})")
         low, high = check.interval(stored)
         before = stored.values(check.metric)
@@ -165,13 +196,13 @@ def verdict_table(verdicts: list[Verdict], stored: ResultRecord) -> str:
 
 
 # ---------------------------------------------------------------- the registry
-# One call per result; the stored record is docs/results/<name>.json.
+# One call per result; the stored record is results/<name>.json.
 
 register(Reproducible(
     name="spectral-leak",
     description="Seed 003 §7.3: byte-level ST-1 as written vs causal vs baseline on the repository's procedural "
-                "text (training/textgen.py, seed 0); held-out BPC and BPC with the future replaced by random bytes",
-    command=("probe", "leak-experiment", "--seeds", "{seeds}", "--epochs", "15", "--jobs", "1", "--out", "{out}",
+                "text (textgen.py, seed 0); held-out BPC and BPC with the future replaced by random bytes",
+    command=("experiment", "leak", "--epochs", "15", "--jobs", "1", "--seeds", "{seeds}", "--out", "{out}",
              "--result", "{result}"),
     seeds=(0, 1, 2),
     checks=(Check("st1_as_written/final_bpc_control", atol=0.3), Check("st1_as_written/final_bpc", atol=0.3),
@@ -183,9 +214,8 @@ register(Reproducible(
     name="spectral-grokking-p97",
     description="Seed 003 §5 on Nanda et al. 2023's one-layer model, (a + b) mod 97: held-out accuracy and "
                 "epochs-to-grokking of the baseline, PFFT {30,35,40,45,48} and GrokFast-EMA within 200 epochs",
-    command=("probe", "grokking-experiment", "--p", "97", "--seeds", "{seeds}", "--variants", "baseline",
-             "pfft_wrong_high", "grokfast_ema", "--epochs", "200", "--eval-every", "10", "--jobs", "1",
-             "--out", "{out}", "--result", "{result}"),
+    command=("experiment", "grokking", "--p", "97", "--variants", "baseline", "pfft_wrong_high", "grokfast_ema",
+             "--epochs", "200", "--jobs", "1", "--seeds", "{seeds}", "--out", "{out}", "--result", "{result}"),
     seeds=(0, 1, 2),
     checks=(Check("p97/pfft_wrong_high/final_val_accuracy", atol=0.05),
             Check("p97/baseline/final_val_accuracy", atol=0.05)),
@@ -196,9 +226,8 @@ register(Reproducible(
     name="spectral-grokking-p113",
     description="Seed 003 §5 / Table 2 at p = 113 on Nanda et al. 2023's one-layer model: held-out accuracy and "
                 "epochs-to-grokking of the baseline, PFFT {30,35,40,45,48} and {34,40,46,51,56} within 100 epochs",
-    command=("probe", "grokking-experiment", "--p", "113", "--seeds", "{seeds}", "--variants", "baseline",
-             "pfft_wrong_high", "pfft_spread5_p113", "--epochs", "100", "--eval-every", "10", "--jobs", "3",
-             "--out", "{out}", "--result", "{result}"),
+    command=("experiment", "grokking", "--p", "113", "--variants", "baseline", "pfft_wrong_high", "pfft_spread5_p113",
+             "--epochs", "100", "--jobs", "3", "--seeds", "{seeds}", "--out", "{out}", "--result", "{result}"),
     seeds=(0, 1, 2),
     checks=(Check("p113/pfft_wrong_high/final_val_accuracy", atol=0.05),
             Check("p113/pfft_spread5_p113/final_val_accuracy", atol=0.05),
@@ -210,7 +239,7 @@ register(Reproducible(
     name="hybrid-quick",
     description="the hybrid experiment's smoke-sized variant (--quick: d=32, 30 steps, 0/50/100 % attention and "
                 "SCA 2:1 on ring/hex walks, probed on a held-out 4x4 grid); the README's hybrid table is the full run",
-    command=("probe", "hybrid-experiment", "--quick", "--threads", "1", "--seeds", "{seeds}", "--out", "{out}",
+    command=("experiment", "hybrid", "--quick", "--threads", "1", "--seeds", "{seeds}", "--out", "{out}",
              "--result", "{result}"),
     seeds=(0, 1, 2),
     checks=tuple(Check(f"{model}/min_energy_ratio", atol=0.02) for model in ("attn000", "attn050", "attn100", "sca2to1"))
@@ -233,9 +262,9 @@ _EVAL_SEEDS = (0, 1, 2)
 
 register(Reproducible(
     name="tts-experiment",
-    description="test-time scaling at toy scale (probes/experiment_tts.py): GDN×4, GDN×3+attn, GDN×2+attn×2, "
+    description="test-time scaling at toy scale (probes/experiments/tts.py): GDN×4, GDN×3+attn, GDN×2+attn×2, "
                 "attn×4 trained on chain_sum for 600 steps; pass@k and maj@k on 100 held-out problems × 32 samples",
-    command=("probe", "tts-experiment", "--seeds", "{seeds}", "--out", "{out}", "--result", "{result}"),
+    command=("experiment", "tts", "--seeds", "{seeds}", "--out", "{out}", "--result", "{result}"),
     seeds=_EVAL_SEEDS,
     checks=tuple(Check(f"{model} {metric}", atol=0.03) for model in ("gdn×4", "gdn×3+attn", "gdn×2+attn×2", "attn×4")
                  for metric in ("pass@1", "pass@32", "maj@32 random")),
@@ -243,9 +272,9 @@ register(Reproducible(
 
 register(Reproducible(
     name="niah-experiment",
-    description="needle in a haystack at toy scale (probes/experiment_niah.py): attn×2, GDN+attn, GDN×2 trained "
+    description="needle in a haystack at toy scale (probes/experiments/niah.py): attn×2, GDN+attn, GDN×2 trained "
                 "at L=128 for 600 steps, probed at 64..1024 × depths 0..100 %",
-    command=("probe", "niah-experiment", "--seeds", "{seeds}", "--out", "{out}", "--result", "{result}"),
+    command=("experiment", "niah", "--seeds", "{seeds}", "--out", "{out}", "--result", "{result}"),
     seeds=_EVAL_SEEDS,
     checks=tuple(Check(f"{model} {metric}", atol=0.05) for model in ("attn×2", "gdn+attn", "gdn×2")
                  for metric in ("within L<=128", "beyond", "L=1024")),
@@ -255,7 +284,7 @@ register(Reproducible(
     name="wiola-claims",
     description="the Wiola paper's checkable numbers (eqs. 10, 19, 33, 38-41, parameter counts) recomputed on "
                 "the wiola-360m shape (meta device); ATM's FLOPs at the μ measured by wiola-experiment",
-    command=("probe", "wiola-claims", "--mu-from", "docs/results/wiola-experiment.json", "--seed", "{seeds}",
+    command=("experiment", "wiola-claims", "--mu-from", "{stored}/wiola-experiment.json", "--seeds", "{seeds}",
              "--out", "{out}", "--result", "{result}"),
     seeds=(0,),
     checks=(Check("rmsnorm/eq10_printed_vs_central_differences", atol=1e-6),
@@ -299,9 +328,9 @@ for _name, _lr, _beta in (("rl-experiment", None, None), ("rl-experiment-lr2e-4"
     _methods = _PG if _beta else (*_PG, "self-distillation")
     register(Reproducible(
         name=_name,
-        description=f"RL after SFT at toy scale (probes/experiment_rl.py), RL lr {_lr or '0.001'}, KL weight "
+        description=f"RL after SFT at toy scale (probes/experiments/rl.py), RL lr {_lr or '0.001'}, KL weight "
                     f"{_beta or '0'}: {', '.join(_methods)} from one chain_sum SFT model; held-out pass@1",
-        command=("probe", "rl-experiment", *(("--lr", _lr) if _lr else ()),
+        command=("experiment", "rl", *(("--lr", _lr) if _lr else ()),
                  *(("--beta", _beta, "--methods", *_PG) if _beta else ()),
                  "--seeds", "{seeds}", "--out", "{out}", "--result", "{result}"),
         seeds=(0, 1, 2),
@@ -311,11 +340,11 @@ for _name, _lr, _beta in (("rl-experiment", None, None), ("rl-experiment-lr2e-4"
 
 register(Reproducible(
     name="distill-experiment",
-    description="cross-architecture distillation at toy scale (probes/experiment_distill.py): a 4-layer Llama "
+    description="cross-architecture distillation at toy scale (probes/experiments/distill.py): a 4-layer Llama "
                 "teacher (hidden 64, 4 heads, 2 KV heads) on chain_sum, 25/50/75 % of its layers -> Gated DeltaNet "
                 "and 50 % -> Mamba2 through the four stages; held-out token accuracy per stage vs the same hybrid "
                 "from scratch on the same tokens; graph-tracing energy ratio",
-    command=("probe", "distill-experiment", "--threads", "1", "--seeds", "{seeds}", "--out", "{out}",
+    command=("experiment", "distill", "--threads", "1", "--seeds", "{seeds}", "--out", "{out}",
              "--result", "{result}"),
     seeds=(0, 1, 2),
     checks=(Check("teacher/accuracy", atol=0.01, at_least=0.9),

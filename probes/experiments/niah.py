@@ -10,8 +10,8 @@ to 2048, the same ratio: that costs about an hour per seed on 2 shared CPU cores
 per cell (mean over seeds), and the mean within and beyond the training length, with the range over
 seeds.
 
-    assocmem probe niah-experiment --out results/niah --seeds 0 1 2
-    assocmem probe niah-experiment --out /tmp/niah --quick          # a smoke run (minutes)
+    assocmem experiment niah --out results/niah --seeds 0 1 2
+    assocmem experiment niah --out /tmp/niah --quick          # a smoke run (minutes)
 """
 from __future__ import annotations
 
@@ -19,34 +19,24 @@ import json
 from pathlib import Path
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from .experiments import add_seeded_flags, run_seeds, seeded_cli, spread, train_variant
+from .frame import Experiment, VariantRecipe, config_from_flags, run_seeds, seeded_run, spread
 
 
-class NIAHExperimentConfig(BaseModel):
-    """Sizes and budgets of the experiment."""
-
-    model_config = ConfigDict(extra="forbid")
+class NIAHExperimentConfig(VariantRecipe):
+    """Sizes and budgets of the experiment (the models and recipe: ``VariantRecipe``)."""
 
     models: dict[str, str] = Field({"attn×2": "attn,attn", "gdn+attn": "gdn,attn", "gdn×2": "gdn,gdn"},
                                    description="label -> layer pattern")
-    d_model: int = Field(64, gt=0, description="residual width")
-    head_dim: int = Field(16, gt=0, description="head width of every mixer")
-    mlp_ratio: float = Field(2.0, ge=0, description="SwiGLU width / d_model")
     train_length: int = Field(128, gt=0, description="L of the training problems")
     num_needles: int = Field(1, ge=1, description="needles per haystack (one is queried; 1 = Kamradt's NIAH)")
     num_filler: int = Field(64, ge=1, description="filler ids")
     num_keys: int = Field(32, ge=1, description="key ids")
     num_values: int = Field(32, ge=2, description="value ids (chance = 1 / num_values)")
-    num_train: int = Field(20000, gt=0, description="training problems")
-    steps: int = Field(600, gt=0, description="optimizer steps per model")
-    batch_size: int = Field(32, gt=0, description="sequences per step")
-    lr: float = Field(3e-3, gt=0, description="peak learning rate")
     lengths: list[int] = Field([64, 128, 256, 512, 1024], description="probed context lengths")
     depths: list[float] = Field([0.0, 0.25, 0.5, 0.75, 1.0], description="probed needle depths")
     trials: int = Field(16, gt=0, description="cases per cell")
-    threads: int | None = Field(1, gt=0, description="torch threads")
 
     @classmethod
     def quick(cls) -> "NIAHExperimentConfig":
@@ -57,7 +47,7 @@ class NIAHExperimentConfig(BaseModel):
 def run_seed(cfg: NIAHExperimentConfig, seed: int, out: Path) -> dict:
     from assocmem.training.verifiable import Needle
 
-    from .niah import niah_grid, save_niah_figure
+    from ..niah import niah_grid, save_niah_figure
 
     layout = {"num_needles": cfg.num_needles, "num_filler": cfg.num_filler, "num_keys": cfg.num_keys,
               "num_values": cfg.num_values}
@@ -66,10 +56,7 @@ def run_seed(cfg: NIAHExperimentConfig, seed: int, out: Path) -> dict:
             "seed": seed, "eval_seed": 10_000 + seed}
     results = {}
     for label, layers in cfg.models.items():
-        hybrid = {"d_model": cfg.d_model, "vocab_size": task.vocab_size, "layers": layers, "head_dim": cfg.head_dim,
-                  "mlp_ratio": cfg.mlp_ratio}
-        model, seconds, summary = train_variant(out / "runs", label, hybrid, data, steps=cfg.steps,
-                                                batch_size=cfg.batch_size, lr=cfg.lr, seed=seed, threads=cfg.threads)
+        model, seconds, summary = cfg.train(out / "runs", label, task.vocab_size, data, seed)
         report = niah_grid(model, task, lengths=cfg.lengths, depths=cfg.depths, trials=cfg.trials, seed=20_000 + seed,
                            train_length=cfg.train_length)
         folder = out / "models" / label
@@ -104,8 +91,8 @@ def markdown_table(summary: dict, cfg: NIAHExperimentConfig) -> str:
 
 
 def save_figures(summary: dict, cfg: NIAHExperimentConfig, out: Path) -> list[Path]:
-    from .niah import save_niah_figure
-    from .plotting import CurvePanel, save_curve_panels
+    from ..niah import save_niah_figure
+    from ..plotting import CurvePanel, save_curve_panels
 
     paths = []
     for label, s in summary.items():
@@ -143,21 +130,13 @@ def run_experiment(cfg: NIAHExperimentConfig, seeds: list[int], out: str | Path)
                      save_figures=save_figures)
 
 
-def register(sub, run) -> None:
-    p = sub.add_parser("niah-experiment", help="the thesis' long-context experiment: attention, GDN and a 50 %% "
-                       "hybrid trained at L=128 on needles, probed to 1024", description=__doc__)
-    add_seeded_flags(p)
-    p.set_defaults(func=lambda a: run(_cli, a))
+run = seeded_run(run_experiment, markdown_table, seed_metrics,
+                 lambda cfg: "the thesis' needle-in-a-haystack experiment (probes/experiments/niah.py): attention, "
+                             "GDN and a 50 % hybrid trained on needles at L=128, accuracy over context length x depth "
+                             "up to 1024",
+                 lambda summary: {"accuracy_mean": {k: v["accuracy_mean"] for k, v in summary.items()}})
 
 
-def _cli(args) -> Path:
-    return seeded_cli(args, "niah-experiment", NIAHExperimentConfig, run_experiment, markdown_table, _record)
-
-
-def _record(result: dict, cfg: NIAHExperimentConfig) -> tuple[dict, dict, str]:
-    return (seed_metrics(result["per_seed_raw"], cfg),
-            {"config": cfg.model_dump(),
-             "accuracy_mean": {k: v["accuracy_mean"] for k, v in result["summary"].items()}},
-            "the thesis' needle-in-a-haystack experiment (probes/experiment_niah.py): attention, "
-            "GDN and a 50 % hybrid trained on needles at L=128, accuracy over context length x depth "
-            "up to 1024")
+EXPERIMENT = Experiment("niah", help="the thesis' long-context experiment: attention, GDN and a 50 %% hybrid "
+                        "trained at L=128 on needles, probed to 1024", doc=__doc__, run=run,
+                        settings=lambda args: config_from_flags(NIAHExperimentConfig, args), threads=True)

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from assocmem.probes.grokking import (PAPER, VARIANTS, first_epoch_at, grokking_epoch, held_for, markdown_table,
+from assocmem.probes.experiments.grokking import (PAPER, VARIANTS, first_epoch_at, grokking_epoch, held_for, markdown_table,
                                       nanda_config, result_name, runs_for, summarize)
 from assocmem.training.cli import main as cli_main
 from assocmem.training.config import config_from_dict
@@ -42,7 +42,7 @@ def test_summary_rows_stand_beside_the_papers_numbers():
 
 def test_a_tiny_experiment_runs_end_to_end_and_writes_its_record(tmp_path):
     out, result = tmp_path / "grok", tmp_path / "grok.json"
-    code = cli_main(["probe", "grokking-experiment", "--p", "5", "--seeds", "0", "--variants", "baseline",
+    code = cli_main(["experiment", "grokking", "--p", "5", "--seeds", "0", "--variants", "baseline",
                      "pfft_fundamental", "--epochs", "12", "--eval-every", "4", "--jobs", "1", "--out", str(out),
                      "--result", str(result)])
     assert code == 0
@@ -53,7 +53,7 @@ def test_a_tiny_experiment_runs_end_to_end_and_writes_its_record(tmp_path):
     record = json.loads(result.read_text())
     assert record["name"] == "spectral-grokking-p5" and "p5/baseline/final_val_accuracy" in record["per_seed"]["0"]
     assert (out / "grokking.png").stat().st_size > 0
-    assert cli_main(["probe", "grokking-experiment", "--p", "5", "--out", str(tmp_path / "again"),
+    assert cli_main(["experiment", "grokking", "--p", "5", "--out", str(tmp_path / "again"),
                      "--result", str(result)]) == 2                              # never overwrites a record
 
 

@@ -20,21 +20,19 @@ trains three byte-level models of equal size on a local text and measures, after
 If the as-written model's bpc collapses while its bpc_control does not, and the causal model tracks
 the baseline, the snap is a leak.
 
-The text is the repository's procedural story text (training/textgen.py, ``--procedural-chars`` characters
+The text is the repository's procedural story text (textgen.py, ``--procedural-chars`` characters
 from ``--text-seed``; written to OUT/text.txt) unless ``--text FILE`` names a local file.
 
-    assocmem probe leak-experiment --seeds 0 1 2 --epochs 20 --out runs/leak --result leak.json
+    assocmem experiment leak --seeds 0 1 2 --epochs 20 --out runs/leak --result leak.json
 """
 from __future__ import annotations
 
-import concurrent.futures as futures
 import json
 import math
-import multiprocessing
 import time
 from pathlib import Path
 
-from assocmem.training.progress import Progress
+from .frame import Experiment, Outcome, run_jobs, save_outputs, spread
 
 MODELS = {"baseline": "st1-tiny-baseline", "st1_as_written": "st1-tiny", "st1_causal": "st1-tiny-causal"}
 FGP_POSITIONS = {"kind": "fgp_adaptive", "param": "model.embed_positions.weight", "top_k": 32}
@@ -54,7 +52,7 @@ def leak_config(model: str, seed: int, text: Path, epochs: int, run_dir: Path, *
         "model": {"preset": MODELS[model]},
         "data": {"kind": "files", "train_files": [str(text)], "eval_fraction": 0.1, "seq_len": 128,
                  "tokenizer": "bytes", "sample_by": "document",
-                 "documents": "joined"},  # as the stored result (docs/results/spectral-leak.json) was trained
+                 "documents": "joined"},  # as the stored result (results/spectral-leak.json) was trained
         "optim": {"lr": lr, "weight_decay": 0.1, "warmup_steps": min(20, epochs), "min_lr_ratio": 0.1},
         "train": {"epochs": epochs, "batch_size": 32, "eval_batch_size": 64, "threads": 1, "progress": False,
                   "grad_transforms": [] if model == "baseline" else [FGP_POSITIONS]},
@@ -161,45 +159,34 @@ def run_one(cfg_dict: dict, *, cuts_per_block: int) -> dict:
 # ---------------------------------------------------------------- the experiment
 def run_experiment(*, text: Path, seeds: list[int], models: list[str], epochs: int, jobs: int, out: Path,
                    cuts_per_block: int) -> list[dict]:
+    """Every (model, seed) run, ``jobs`` at a time (one torch thread each)."""
     todo = [(m, s) for m in models for s in seeds]
-    configs = [leak_config(m, s, text, epochs, out / "runs" / f"{m}-s{s}") for m, s in todo]
-    records = []
-    tracker = Progress(len(todo), f"leak-experiment ({jobs} at a time)")
-    ctx = multiprocessing.get_context("spawn")
-    with futures.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
-        pending = {pool.submit(run_one, c, cuts_per_block=cuts_per_block): key for c, key in zip(configs, todo)}
-        for done in futures.as_completed(pending):
-            m, s = pending[done]
-            rec = {**done.result(), "model": m}
-            records.append(rec)
-            tracker.done(f"{m} seed {s}", f"bpc {rec['final_bpc']:.3f}, control {rec['final_bpc_control']:.3f} "
-                         f"(teacher forcing at the same cuts {rec['final_bpc_tf_at_cuts']:.3f}), snap "
-                         f"{rec['snap_epoch']}, {rec['minutes']:.1f} min, {rec['cpu_minutes']:.1f} CPU min")
-    order = {key: i for i, key in enumerate(todo)}
-    return sorted(records, key=lambda r: order[(r["model"], r["seed"])])
+    work = {f"{m} seed {s}": {"cfg_dict": leak_config(m, s, text, epochs, out / "runs" / f"{m}-s{s}"),
+                              "cuts_per_block": cuts_per_block} for m, s in todo}
+    records = run_jobs("leak-experiment", run_one, work, jobs, _note)
+    return [{**r, "model": m} for r, (m, _) in zip(records, todo)]
+
+
+def _note(r: dict) -> str:
+    return (f"bpc {r['final_bpc']:.3f}, control {r['final_bpc_control']:.3f} (teacher forcing at the same cuts "
+            f"{r['final_bpc_tf_at_cuts']:.3f}), snap {r['snap_epoch']}, {r['minutes']:.1f} min, "
+            f"{r['cpu_minutes']:.1f} CPU min")
 
 
 def summarize(records: list[dict]) -> list[dict]:
     rows = []
     for m in dict.fromkeys(r["model"] for r in records):
         runs = [r for r in records if r["model"] == m]
-        stat = lambda key: _stats([r[key] for r in runs])  # noqa: E731
+        stat = lambda key: spread([r[key] for r in runs])  # noqa: E731
         snaps = [r["snap_epoch"] for r in runs]
         rows.append({"model": m, "seeds": len(runs), "bpc": stat("final_bpc"), "bpc_tf_at_cuts": stat("final_bpc_tf_at_cuts"),
                      "bpc_control": stat("final_bpc_control"), "snapped": sum(s is not None for s in snaps),
-                     "snap_epoch": _stats(snaps), "epochs": runs[0]["epochs"], "paper": PAPER.get(m)})
+                     "snap_epoch": spread(snaps), "epochs": runs[0]["epochs"], "paper": PAPER.get(m)})
     return rows
 
 
-def _stats(values: list) -> dict:
-    got = [float(v) for v in values if v is not None]
-    if not got:
-        return {"mean": None, "min": None, "max": None, "n": 0}
-    return {"mean": sum(got) / len(got), "min": min(got), "max": max(got), "n": len(got)}
-
-
 def markdown_table(rows: list[dict]) -> str:
-    fmt = lambda s, d=3: "—" if s["mean"] is None else f"{s['mean']:.{d}f} [{s['min']:.{d}f}, {s['max']:.{d}f}]"  # noqa: E731
+    fmt = lambda s, d=3: "—" if s is None else f"{s['mean']:.{d}f} [{s['min']:.{d}f}, {s['max']:.{d}f}]"  # noqa: E731
     lines = ["| model | held-out BPC (teacher forcing) | BPC, future replaced by random bytes | "
              "teacher forcing at the same positions | snap (> 30 % in 10 epochs) | paper: terminal BPC / snap |",
              "|---|---|---|---|---|---|"]
@@ -212,7 +199,7 @@ def markdown_table(rows: list[dict]) -> str:
 
 
 def save_curves(records: list[dict], path: Path) -> Path:
-    from .plotting import plt
+    from ..plotting import plt, save_figure
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4))
     colours = {m: f"C{i}" for i, m in enumerate(MODELS)}
@@ -232,38 +219,20 @@ def save_curves(records: list[dict], path: Path) -> Path:
         ax.set_yscale("log")
         ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 # ---------------------------------------------------------------- command line
-def register(sub) -> None:
-    """``assocmem probe leak-experiment`` (called by probes/cli.py)."""
-    from .io import add_common_flags
-
-    g = sub.add_parser("leak-experiment", help="seed 003 §7.3: ST-1 as written vs causal vs baseline, BPC and "
-                       "BPC with the future replaced by random bytes")
-    source = g.add_mutually_exclusive_group()
-    source.add_argument("--text", help="a local text file (byte-level; the last 10 %% of blocks held out); default: "
-                        "the procedural text of training/textgen.py")
-    source.add_argument("--procedural-chars", type=int, default=51_200,
-                        help="characters of procedural text when no --text is given (default 51200)")
-    g.add_argument("--text-seed", type=int, default=0, help="seed of the procedural text (default 0)")
-    g.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds (default 0 1 2)")
-    g.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS), help="models")
-    g.add_argument("--epochs", type=int, default=20, help="passes over the training blocks (default 20)")
-    g.add_argument("--cuts", type=int, default=4, help="control cut positions per held-out block (default 4)")
-    g.add_argument("--jobs", type=int, default=2, help="runs at once, one torch thread each (default 2)")
-    g.add_argument("--result", help="also write the result record (training/results.py) to this JSON file")
-    add_common_flags(g)
-    g.set_defaults(func=_cli)
-
-
-def _cli(args) -> int:
-    from .io import run_command
-
-    return run_command(run_cli, args)
+def add_flags(flags) -> None:
+    source = flags.parser.add_mutually_exclusive_group()
+    flags.add("--text", group=source, help="a local text file (byte-level; the last 10 %% of blocks held out); "
+              "default: the procedural text of textgen.py")
+    flags.add("--procedural-chars", group=source, type=int, default=51_200,
+              help="characters of procedural text when no --text is given (default 51200)")
+    flags.add("--text-seed", type=int, default=0, help="seed of the procedural text (default 0)")
+    flags.add("--models", nargs="+", default=list(MODELS), choices=list(MODELS), help="models")
+    flags.add("--epochs", type=int, default=20, help="passes over the training blocks (default 20)")
+    flags.add("--cuts", type=int, default=4, help="control cut positions per held-out block (default 4)")
 
 
 def text_file(args, out: Path) -> tuple[Path, dict]:
@@ -274,7 +243,7 @@ def text_file(args, out: Path) -> tuple[Path, dict]:
     """
     import hashlib
 
-    from assocmem.training.textgen import procedural_text
+    from .textgen import procedural_text
 
     if args.text is not None:
         path = Path(args.text).resolve()
@@ -289,32 +258,29 @@ def text_file(args, out: Path) -> tuple[Path, dict]:
     return path, {**source, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
 
-def run_cli(args) -> Path:
-    from assocmem.training.results import command_line, write_result
-
-    from .experiments import check_result_path, save_outputs
-    from .io import prepare_out
-
+def check_text(args) -> None:
     if args.text is not None and not Path(args.text).is_file():
         raise FileNotFoundError(f"--text {args.text} is not a file")
-    check_result_path(args)
-    out = prepare_out(args.out, args.overwrite)
+
+
+def run(_, args, out: Path) -> Outcome:
+    """``assocmem experiment leak``: the runs, leak.{json,md,png} and the numbers of the result record."""
     text, source = text_file(args, out)
-    start = time.perf_counter()
-    records = run_experiment(text=text, seeds=args.seeds, models=args.models, epochs=args.epochs,
-                             jobs=args.jobs, out=out, cuts_per_block=args.cuts)
+    records = run_experiment(text=text, seeds=args.seeds, models=args.models, epochs=args.epochs, jobs=args.jobs,
+                             out=out, cuts_per_block=args.cuts)
     rows = summarize(records)
-    minutes = (time.perf_counter() - start) / 60
-    save_outputs(out, "leak", rows, records, minutes, markdown_table, save_curves)
-    if args.result:
-        per_seed = {s: {f"{r['model']}/{k}": r[k] for r in records if r["seed"] == s
-                        for k in ("final_bpc", "final_bpc_control", "final_bpc_tf_at_cuts")} for s in args.seeds}
-        extra = {"rows": rows, "minutes": minutes, "epochs": args.epochs, "text": source, "jobs": args.jobs,
-                 "curves": {r["name"]: {"bpc": r["bpc_curve"], "control": r["control_curve"]} for r in records},
-                 "snap_epoch": {r["name"]: r["snap_epoch"] for r in records}}
-        write_result(args.result, name="spectral-leak", command=command_line("assocmem"), seeds=args.seeds,
-                     per_seed=per_seed, extra=extra, overwrite=args.overwrite,
-                     description="Seed 003 §7.3: byte-level ST-1 (as written, causal) vs baseline on the procedural text "
-                                 "(or --text); "
-                                 "held-out BPC and BPC with the future replaced by random bytes")
-    return out
+    table = save_outputs(out, "leak", rows, records, markdown_table, save_curves)
+    per_seed = {s: {f"{r['model']}/{k}": r[k] for r in records if r["seed"] == s
+                    for k in ("final_bpc", "final_bpc_control", "final_bpc_tf_at_cuts")} for s in args.seeds}
+    return Outcome(table, per_seed,
+                   "Seed 003 §7.3: byte-level ST-1 (as written, causal) vs baseline on the procedural text (or "
+                   "--text); held-out BPC and BPC with the future replaced by random bytes",
+                   {"rows": rows, "epochs": args.epochs, "text": source, "jobs": args.jobs,
+                    "curves": {r["name"]: {"bpc": r["bpc_curve"], "control": r["control_curve"]} for r in records},
+                    "snap_epoch": {r["name"]: r["snap_epoch"] for r in records}},
+                   name="spectral-leak")
+
+
+EXPERIMENT = Experiment("leak", help="seed 003 §7.3: ST-1 as written vs causal vs baseline, BPC and BPC with the "
+                        "future replaced by random bytes", doc=__doc__, run=run, flags=add_flags,
+                        settings=check_text, seeds=(0, 1, 2), quick=False, jobs=2)

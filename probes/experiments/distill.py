@@ -11,8 +11,8 @@ Per seed:
      many steps (and sequences) as stages 2 + 3 + 4 together;
   4. ``assocmem probe graph-tracing`` (probes/graph_tracing.py) on the teacher and every final student.
 
-    assocmem probe distill-experiment --out results/distill --seeds 0 1 2
-    assocmem probe distill-experiment --out /tmp/distill --quick          # a smoke run (minutes)
+    assocmem experiment distill --out results/distill --seeds 0 1 2
+    assocmem experiment distill --out /tmp/distill --quick          # a smoke run (minutes)
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .experiments import add_seeded_flags, run_seeds, seeded_cli, spread
+from .frame import Experiment, config_from_flags, run_seeds, seeded_run, spread
 
 STAGES = ("stage1", "stage2", "stage3", "stage4")
 
@@ -134,7 +134,7 @@ def probe(cfg: DistillExperimentConfig, folder: Path, seed: int) -> dict:
     from assocmem.training.graphs import make_graph
     from assocmem.training.model_factory import load_pretrained
 
-    from .graph_tracing import trace_graph
+    from ..graph_tracing import trace_graph
 
     res = trace_graph(load_pretrained(folder), make_graph(cfg.probe_graph), num_walks=cfg.probe_walks,
                       walk_length=cfg.probe_length, window=cfg.probe_window, seed=seed + 12345)
@@ -213,20 +213,13 @@ def run_experiment(cfg: DistillExperimentConfig, seeds: list[int], out: str | Pa
                      markdown_table=markdown_table, save_figures=lambda summary, cfg, out: None)
 
 
-def register(sub, run) -> None:
-    p = sub.add_parser("distill-experiment", help="distil a Llama teacher (chain_sum) into 25/50/75 %% GDN and 50 %% "
-                       "Mamba2 hybrids; accuracy per stage vs teacher vs from scratch; graph tracing",
-                       description=__doc__)
-    add_seeded_flags(p)
-    p.set_defaults(func=lambda a: run(_cli, a))
+run = seeded_run(run_experiment, markdown_table, seed_metrics,
+                 lambda cfg: "cross-architecture distillation at toy scale (probes/experiments/distill.py): a 4-layer "
+                             "Llama teacher on chain_sum distilled into GDN / Mamba2 hybrids in four stages; held-out "
+                             "accuracy per stage vs the teacher vs the same hybrid from scratch on the same tokens; "
+                             "graph-tracing energy ratio")
 
 
-def _cli(args) -> Path:
-    return seeded_cli(args, "distill-experiment", DistillExperimentConfig, run_experiment, markdown_table, _record)
-
-
-def _record(result: dict, cfg: DistillExperimentConfig) -> tuple[dict, dict, str]:
-    return (seed_metrics(result["per_seed_raw"], cfg), {"config": cfg.model_dump()},
-            "cross-architecture distillation at toy scale (probes/experiment_distill.py): a 4-layer Llama teacher "
-            "on chain_sum distilled into GDN / Mamba2 hybrids in four stages; held-out accuracy per stage vs the "
-            "teacher vs the same hybrid from scratch on the same tokens; graph-tracing energy ratio")
+EXPERIMENT = Experiment("distill", help="distil a Llama teacher (chain_sum) into 25/50/75 %% GDN and 50 %% Mamba2 "
+                        "hybrids; accuracy per stage vs teacher vs from scratch; graph tracing", doc=__doc__,
+                        run=run, settings=lambda args: config_from_flags(DistillExperimentConfig, args), threads=True)

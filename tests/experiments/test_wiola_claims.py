@@ -1,7 +1,7 @@
-"""The Wiola paper's numbers as recomputed by probes/wiola_claims.py: what holds and what does not."""
+"""The Wiola paper's numbers as recomputed by probes/experiments/wiola_claims.py: what holds and what does not."""
 import pytest
 
-from assocmem.probes import wiola_claims as claims
+from assocmem.probes.experiments import wiola_claims as claims
 
 
 def test_eq10_printed_is_wrong_unless_gamma_is_one():
@@ -46,3 +46,11 @@ def test_atm_saves_far_less_than_claimed(mu, low, high):
 def test_flat_metrics_keep_numbers_only():
     flat = claims.flat_metrics({"a": {"x": 1, "s": "4-6x", "n": {"y": 2.0, "t": "text"}}})
     assert flat == {"a/x": 1.0, "a/n/y": 2.0}
+
+
+def test_a_missing_mu_record_is_refused_before_any_work(tmp_path, capsys):
+    from assocmem.training.cli import main
+
+    out = tmp_path / "o"
+    assert main(["experiment", "wiola-claims", "--mu-from", str(tmp_path / "none.json"), "--out", str(out)]) == 2
+    assert "assocmem experiment wiola-claims: no result record at" in capsys.readouterr().err and not out.exists()

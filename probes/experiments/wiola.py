@@ -7,19 +7,19 @@ Three models per seed, trained on the same tokens (same text, steps, batch and r
     wiola             the wiola-tiny stack, causal GCLA and ATM                           (same d, depth, heads)
     wiola_as_written  the same stack with GCLA and ATM as the paper writes them (they see the future)
 
-The text is procedural (``training/textgen.py``: a story grammar, generated here, no download).
+The text is procedural (``textgen.py``: a story grammar, generated here, no download).
 For every trained model the command measures on held-out blocks, in eval mode (ATM off, as at
 inference) and in train mode (ATM on, as in training; no dropout, so deterministic):
 
     loss                 next-token loss over every position (nats/byte)
     control_loss         the loss at cut positions c when every byte after c is random
-                         (probes/future_control.py); equal to the real loss at the same
+                         (future_control.py); equal to the real loss at the same
                          positions (``cut_loss``) for a causal model, higher for one that reads
                          the future
     mu                   ATM's merge ratio μ = 1 − T'/T in the ATM layers (train mode), against the
                          paper's 0.08–0.14 at τ = 0.92, and ΔC = μ(2 − μ) (eq. 33)
 
-    assocmem probe wiola-experiment --seeds 0 1 2 --out runs/wiola --result docs/results/wiola-experiment.json
+    assocmem experiment wiola --seeds 0 1 2 --out runs/wiola --result probes/experiments/results/wiola-experiment.json
 
 Jobs (model × seed) run in ``--jobs`` processes (default 2) at nice 5 with one torch thread each.
 """
@@ -27,15 +27,11 @@ from __future__ import annotations
 
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from multiprocessing import get_context
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from assocmem.training.progress import Progress
-
-from .io import add_common_flags, prepare_out
+from .frame import Experiment, Outcome, config_from_flags, run_jobs
 
 VARIANTS = ("baseline", "wiola", "wiola_as_written")
 
@@ -84,7 +80,7 @@ def hybrid_configs(cfg: WiolaExperimentConfig) -> dict:
 
 
 def write_texts(cfg: WiolaExperimentConfig, out: Path) -> tuple[Path, Path]:
-    from assocmem.training.textgen import procedural_text
+    from .textgen import procedural_text
 
     (out / "data").mkdir(parents=True, exist_ok=True)
     train, held_out = out / "data" / "train.txt", out / "data" / "eval.txt"
@@ -99,7 +95,7 @@ def _train_config(cfg: WiolaExperimentConfig, variant: str, hybrid: dict, seed: 
         "model": {"hybrid": hybrid},
         "data": {"kind": "files", "train_files": [str(out / "data" / "train.txt")],
                  "eval_files": [str(out / "data" / "eval.txt")], "seq_len": cfg.seq_len, "sample_by": "paragraph",
-                 "documents": "joined"},  # as the stored result (docs/results/wiola-experiment.json) was trained
+                 "documents": "joined"},  # as the stored result (results/wiola-experiment.json) was trained
         "optim": {"lr": cfg.lr, "weight_decay": 0.1, "betas": [0.9, 0.95], "grad_clip": 1.0,
                   "warmup_steps": max(1, cfg.steps // 20)},
         "train": {"steps": cfg.steps, "batch_size": cfg.batch_size, "progress": False, "threads": 1,
@@ -199,14 +195,9 @@ def run_wiola_experiment(cfg: WiolaExperimentConfig, out: str | Path, seeds: lis
     out = Path(out)
     write_texts(cfg, out)
     hybrids = hybrid_configs(cfg)
-    work = [(v, s) for s in seeds for v in VARIANTS]
-    tracker = Progress(len(work), f"wiola-experiment ({jobs} at a time)")
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
-        futures = {pool.submit(run_job, cfg.model_dump(), v, hybrids[v], s, str(out)): (v, s) for v, s in work}
-        for future in as_completed(futures):
-            v, s = futures[future]
-            tracker.done(f"{v} seed {s}", f"{future.result()['train_seconds']:.0f} s of training")
-        return [future.result() for future in futures]  # in the order of ``work``
+    work = {f"{v} seed {s}": {"cfg_json": cfg.model_dump(), "variant": v, "hybrid": hybrids[v], "seed": s, "out": str(out)}
+            for s in seeds for v in VARIANTS}
+    return run_jobs("wiola-experiment", run_job, work, jobs, lambda r: f"{r['train_seconds']:.0f} s of training")
 
 
 def seed_metrics(results: list[dict]) -> dict[int, dict[str, float | None]]:
@@ -241,51 +232,34 @@ def markdown_table(summary: dict) -> str:
     return "\n".join(rows) + "\n"
 
 
-def register(sub) -> None:
-    """``assocmem probe wiola-experiment`` (called by probes/cli.py)."""
-    p = sub.add_parser("wiola-experiment", help="wiola-tiny vs a same-size attention baseline on procedural bytes, "
-                       "and the as-written GCLA/ATM under the random-future control")
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], metavar="S", help="seeds (default 0 1 2)")
-    p.add_argument("--steps", type=int, default=None, help="override the optimizer steps per model")
-    p.add_argument("--quick", action="store_true", help="smoke-sized run")
-    p.add_argument("--jobs", type=int, default=2, help="worker processes (default 2, one torch thread each)")
-    p.add_argument("--result", default=None, metavar="PATH",
-                   help="also write the result record (training/results.py) to PATH (refused if it exists, "
-                        "unless --overwrite)")
-    add_common_flags(p)
-    p.set_defaults(func=_cli)
+def add_flags(flags) -> None:
+    flags.add("--steps", type=int, default=None, help="override the optimizer steps per model")
 
 
-def _cli(args) -> int:
+def config(args) -> WiolaExperimentConfig:
+    return config_from_flags(WiolaExperimentConfig, args, {"steps": args.steps} if args.steps is not None else {})
+
+
+def run(cfg: WiolaExperimentConfig, args, out: Path) -> Outcome:
+    """``assocmem experiment wiola``: the jobs, wiola_experiment.{md,json} and the numbers of the result record."""
     import json
 
-    from assocmem.training.results import command_line, summarize, write_result
+    from assocmem.training.results import summarize
 
-    cfg = WiolaExperimentConfig.quick() if args.quick else WiolaExperimentConfig()
-    if args.steps is not None:
-        cfg = cfg.model_copy(update={"steps": args.steps})
-    if args.result and Path(args.result).exists() and not args.overwrite:
-        raise SystemExit(f"--result {args.result} exists; pass --overwrite to replace it")
-    out = prepare_out(args.out, args.overwrite)
-    t0 = time.time()
     results = run_wiola_experiment(cfg, out, args.seeds, args.jobs)
     per_seed = seed_metrics(results)
     table = markdown_table(summarize(per_seed))
     (out / "wiola_experiment.md").write_text(table)
     (out / "wiola_experiment.json").write_text(json.dumps({"config": cfg.model_dump(), "runs": results}, indent=2))
-    if args.result:
-        argv = ["probe", "wiola-experiment", *(["--quick"] if args.quick else []),
-                *(["--steps", str(args.steps)] if args.steps else []), "--jobs", str(args.jobs),
-                "--seeds", *map(str, args.seeds), "--out", args.out, "--result", args.result]
-        write_result(args.result, name=Path(args.result).stem, command=command_line("assocmem", argv),
-                     seeds=args.seeds, per_seed=per_seed, overwrite=args.overwrite,
-                     description="Wiola (seed 002): wiola-tiny (causal GCLA/ATM) vs a same-size attention baseline "
-                     "and the as-written variant, byte-level procedural text, equal tokens; held-out loss and the "
-                     "random-future control (probes/experiment_wiola.py)",
-                     extra={"config": cfg.model_dump(), "minutes": (time.time() - t0) / 60,
-                            "runs": [{k: r[k] for k in ("variant", "seed", "train_seconds", "mu_per_layer",
-                                                         "beta_per_layer", "mean_abs_offset", "parameters")}
-                                     for r in results]})
-    print(table)
-    print(out)
-    return 0
+    return Outcome(table, per_seed,
+                   "Wiola (seed 002): wiola-tiny (causal GCLA/ATM) vs a same-size attention baseline and the "
+                   "as-written variant, byte-level procedural text, equal tokens; held-out loss and the random-future "
+                   "control (probes/experiments/wiola.py)",
+                   {"config": cfg.model_dump(),
+                    "runs": [{k: r[k] for k in ("variant", "seed", "train_seconds", "mu_per_layer", "beta_per_layer",
+                                                "mean_abs_offset", "parameters")} for r in results]})
+
+
+EXPERIMENT = Experiment("wiola", help="wiola-tiny vs a same-size attention baseline on procedural bytes, and the "
+                        "as-written GCLA/ATM under the random-future control", doc=__doc__, run=run, flags=add_flags,
+                        settings=config, seeds=(0, 1, 2), jobs=2)

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from assocmem.models import build_model
-from assocmem.probes.experiment_wiola import (
+from assocmem.probes.experiments.wiola import (
     VARIANTS, WiolaExperimentConfig, hybrid_configs, markdown_table, measure, seed_metrics,
 )
 from assocmem.training.results import summarize
@@ -64,7 +64,7 @@ def test_quick_command_writes_the_record(tmp_path):
     from assocmem.training.cli import main
 
     result = tmp_path / "r.json"
-    code = main(["probe", "wiola-experiment", "--quick", "--seeds", "0", "--jobs", "1", "--out", str(tmp_path / "o"),
+    code = main(["experiment", "wiola", "--quick", "--seeds", "0", "--jobs", "1", "--out", str(tmp_path / "o"),
                  "--result", str(result)])
     assert code == 0
     record = json.loads(result.read_text())

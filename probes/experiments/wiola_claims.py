@@ -1,7 +1,7 @@
 """The Wiola paper's (seed 002) checkable numbers, each recomputed or measured here.
 
-    assocmem probe wiola-claims --mu-from docs/results/wiola-experiment.json --seed 0 \
-        --out runs/wiola-claims --result docs/results/wiola-claims.json      (registered: assocmem reproduce)
+    assocmem experiment wiola-claims --mu-from probes/experiments/results/wiola-experiment.json --seeds 0 \
+        --out runs/wiola-claims --result probes/experiments/results/wiola-claims.json  (registered: assocmem reproduce)
 
 Each function returns the paper's number beside ours. FLOPs are counted by torch's
 ``FlopCounterMode`` on the wiola-360m modules built on the meta device (no memory, no compute;
@@ -15,6 +15,8 @@ import math
 from pathlib import Path
 
 import torch
+
+from .frame import Experiment, Outcome
 
 T_CLAIM = 2048  # the sequence length of eqs. 38 and 41
 
@@ -218,42 +220,33 @@ def flat_metrics(claims: dict) -> dict[str, float]:
     return out
 
 
-def register(sub) -> None:
-    """``assocmem probe wiola-claims`` (called by probes/cli.py)."""
-    from .io import add_common_flags
-
-    p = sub.add_parser("wiola-claims", help="the Wiola paper's checkable numbers (eqs. 10, 19, 33, 38–41, "
-                       "parameter counts), recomputed or measured")
-    p.add_argument("--mu-from", default=None, metavar="RESULT",
-                   help="a wiola-experiment result record: ATM's FLOPs also at its measured μ (wiola_as_written, "
-                        "train mode, mean over seeds)")
-    p.add_argument("--result", default=None, metavar="PATH", help="also write the result record to PATH")
-    add_common_flags(p)
-    p.set_defaults(func=_cli)
+def add_flags(flags) -> None:
+    flags.add("--mu-from", default=None, metavar="RESULT",
+              help="a wiola-experiment result record: ATM's FLOPs also at its measured μ (wiola_as_written, "
+                   "train mode, mean over seeds)")
 
 
-def _cli(args) -> int:
+def measured_mu(args) -> float | None:
+    """ATM's μ of the --mu-from record (wiola_as_written, train mode, mean over seeds), if given."""
+    from assocmem.training.results import read_result
+
+    return read_result(args.mu_from).summary["wiola_as_written/mu"].mean if args.mu_from else None
+
+
+def run(mu: float | None, args, out: Path) -> Outcome:
+    """``assocmem experiment wiola-claims``: every claim per seed (the seed draws the inputs of the eq. 10 and
+    SRPE checks) into wiola_claims.json, and their numeric leaves for the result record."""
     import json
 
-    from assocmem.training.results import command_line, read_result, write_result
+    claims = {str(s): wiola_claims(mu, s) for s in args.seeds}
+    text = json.dumps(claims, indent=2)
+    (out / "wiola_claims.json").write_text(text)
+    return Outcome(text + "\n", {int(s): flat_metrics(c) for s, c in claims.items()},
+                   "the Wiola paper's checkable numbers recomputed (probes/experiments/wiola_claims.py); "
+                   "deterministic; the seed draws the inputs of the eq. 10 and SRPE checks",
+                   {"claims": claims}, name="wiola-claims")
 
-    from .io import prepare_out, write_json
 
-    mu = None
-    if args.mu_from:
-        mu = read_result(args.mu_from).summary["wiola_as_written/mu"].mean
-    if args.result and Path(args.result).exists() and not args.overwrite:
-        raise SystemExit(f"--result {args.result} exists; pass --overwrite to replace it")
-    out = prepare_out(args.out, args.overwrite)
-    claims = wiola_claims(mu, args.seed)
-    write_json(out, "wiola_claims", claims)
-    if args.result:
-        argv = ["probe", "wiola-claims", *(["--mu-from", args.mu_from] if args.mu_from else []),
-                "--seed", str(args.seed), "--out", args.out, "--result", args.result]
-        write_result(args.result, name="wiola-claims", command=command_line("assocmem", argv), seeds=[args.seed],
-                     per_seed={args.seed: flat_metrics(claims)}, overwrite=args.overwrite,
-                     description="the Wiola paper's checkable numbers recomputed (probes/wiola_claims.py); "
-                     "deterministic; the seed draws the inputs of the eq. 10 and SRPE checks", extra={"claims": claims})
-    print(json.dumps(claims, indent=2))
-    print(out)
-    return 0
+EXPERIMENT = Experiment("wiola-claims", help="the Wiola paper's checkable numbers (eqs. 10, 19, 33, 38–41, parameter "
+                        "counts), recomputed or measured", doc=__doc__, run=run, flags=add_flags,
+                        settings=measured_mu, quick=False)

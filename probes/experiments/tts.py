@@ -12,8 +12,8 @@ attention×4) are trained on ``chain_sum`` with the same recipe. Per seed and mo
 The summary gives every metric's mean and range over seeds, and accuracy at equal compute: for a
 budget B (ms), a model draws k = ⌊B / cost⌋ samples (1 ≤ k ≤ n).
 
-    assocmem probe tts-experiment --out results/tts --seeds 0 1 2
-    assocmem probe tts-experiment --out /tmp/tts --quick            # a smoke run (minutes)
+    assocmem experiment tts --out results/tts --seeds 0 1 2
+    assocmem experiment tts --out /tmp/tts --quick            # a smoke run (minutes)
 """
 from __future__ import annotations
 
@@ -21,30 +21,21 @@ import json
 import time
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from .experiments import add_seeded_flags, run_seeds, seeded_cli, spread, train_variant
+from .frame import Experiment, VariantRecipe, config_from_flags, run_seeds, seeded_run, spread
 
 SUMMARY_METRICS = ["pass@k", "maj@k (first k)", "maj@k (random k)", "best-of-N@k (mean log-prob)",
                    "weighted vote@k (random k)"]
 
 
-class TTSExperimentConfig(BaseModel):
-    """Sizes and budgets of the experiment."""
-
-    model_config = ConfigDict(extra="forbid")
+class TTSExperimentConfig(VariantRecipe):
+    """Sizes and budgets of the experiment (the models and recipe: ``VariantRecipe``)."""
 
     models: dict[str, str] = Field({"gdn×4": "gdn*4", "gdn×3+attn": "gdn,gdn,gdn,attn",
                                     "gdn×2+attn×2": "gdn,attn,gdn,attn", "attn×4": "attn*4"},
                                    description="label -> layer pattern")
-    d_model: int = Field(64, gt=0, description="residual width")
-    head_dim: int = Field(16, gt=0, description="head width of every mixer")
-    mlp_ratio: float = Field(2.0, ge=0, description="SwiGLU width / d_model")
     num_digits: int = Field(8, ge=1, description="chain_sum's m")
-    num_train: int = Field(20000, gt=0, description="training problems")
-    steps: int = Field(600, gt=0, description="optimizer steps per model")
-    batch_size: int = Field(32, gt=0, description="sequences per step")
-    lr: float = Field(3e-3, gt=0, description="peak learning rate")
     num_problems: int = Field(100, gt=0, description="held-out problems sampled")
     samples: int = Field(32, gt=0, description="n, samples per problem")
     temperature: float = Field(1.0, gt=0, description="sampling temperature")
@@ -53,17 +44,11 @@ class TTSExperimentConfig(BaseModel):
     long_context: int = Field(4096, gt=0, description="the long context of the decode cost")
     cost_batch: int = Field(32, gt=0, description="sequences per decode step when timing")
     cost_steps: int = Field(30, gt=0, description="timed decode steps per (model, context)")
-    threads: int | None = Field(1, gt=0, description="torch threads")
 
     @classmethod
     def quick(cls) -> "TTSExperimentConfig":
         return cls(num_digits=3, num_train=512, steps=40, batch_size=16, num_problems=16, samples=4, long_context=256,
                    cost_steps=3, models={"gdn×4": "gdn*4", "attn×4": "attn*4"})
-
-
-def _hybrid(cfg: TTSExperimentConfig, layers: str, vocab: int) -> dict:
-    return {"d_model": cfg.d_model, "vocab_size": vocab, "layers": layers, "head_dim": cfg.head_dim,
-            "mlp_ratio": cfg.mlp_ratio}
 
 
 def decode_costs(nets: dict, cfg: TTSExperimentConfig, prompt_len: int, response_len: float) -> dict:
@@ -84,7 +69,7 @@ def run_seed(cfg: TTSExperimentConfig, seed: int, out: Path) -> dict:
     from assocmem.training.generation import SamplingSettings
     from assocmem.training.verifiable import ChainSum
 
-    from .test_time_scaling import run_tts, save_samples, save_tts_figure
+    from ..test_time_scaling import run_tts, save_samples, save_tts_figure
 
     task = ChainSum(num_digits=cfg.num_digits)
     eval_seed = 10_000 + seed
@@ -95,9 +80,7 @@ def run_seed(cfg: TTSExperimentConfig, seed: int, out: Path) -> dict:
                                 batch_size=cfg.sample_batch, seed=seed)
     results, nets = {}, {}
     for label, layers in cfg.models.items():
-        model, seconds, summary = train_variant(out / "runs", label, _hybrid(cfg, layers, task.vocab_size), data,
-                                                steps=cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr, seed=seed,
-                                                threads=cfg.threads)
+        model, seconds, summary = cfg.train(out / "runs", label, task.vocab_size, data, seed)
         start = time.time()
         report = run_tts(model, task, problems, settings, ks=list(range(1, cfg.samples + 1)), rule=cfg.rule)
         folder = out / "models" / label
@@ -171,7 +154,7 @@ def markdown_table(summary: dict, cfg: TTSExperimentConfig) -> str:
 
 
 def save_figure(summary: dict, cfg: TTSExperimentConfig, path: Path) -> Path:
-    from .plotting import CurvePanel, save_curve_panels
+    from ..plotting import CurvePanel, save_curve_panels
 
     ks = list(range(1, cfg.samples + 1))
     panels = []
@@ -218,22 +201,13 @@ def run_experiment(cfg: TTSExperimentConfig, seeds: list[int], out: str | Path) 
                      save_figures=lambda summary, cfg, out: save_figure(summary, cfg, out / "tts_experiment.png"))
 
 
-def register(sub, run) -> None:
-    p = sub.add_parser("tts-experiment", help="the thesis' test-time scaling experiment: GDN / hybrids / attention "
-                       "trained on chain_sum, pass@k and maj@k against k and against decode compute",
-                       description=__doc__)
-    add_seeded_flags(p)
-    p.set_defaults(func=lambda a: run(_cli, a))
+run = seeded_run(run_experiment, markdown_table, seed_metrics,
+                 lambda cfg: "the thesis' test-time scaling experiment (probes/experiments/tts.py): 4-layer d=64 "
+                             "GDN / hybrid / attention models trained on chain_sum; pass@k, maj@k, best-of-N on "
+                             "held-out problems, per-sample decode cost, accuracy at equal compute",
+                 lambda summary: {"curves": summary["metrics"], "equal_compute": summary["equal_compute"]})
 
 
-def _cli(args) -> Path:
-    return seeded_cli(args, "tts-experiment", TTSExperimentConfig, run_experiment, markdown_table, _record)
-
-
-def _record(result: dict, cfg: TTSExperimentConfig) -> tuple[dict, dict, str]:
-    return (seed_metrics(result["per_seed_raw"], cfg),
-            {"config": cfg.model_dump(), "curves": result["summary"]["metrics"],
-             "equal_compute": result["summary"]["equal_compute"]},
-            "the thesis' test-time scaling experiment (probes/experiment_tts.py): 4-layer d=64 "
-            "GDN / hybrid / attention models trained on chain_sum; pass@k, maj@k, best-of-N on "
-            "held-out problems, per-sample decode cost, accuracy at equal compute")
+EXPERIMENT = Experiment("tts", help="the thesis' test-time scaling experiment: GDN / hybrids / attention trained on "
+                        "chain_sum, pass@k and maj@k against k and against decode compute", doc=__doc__,
+                        run=run, settings=lambda args: config_from_flags(TTSExperimentConfig, args), threads=True)

@@ -8,11 +8,11 @@ import torch
 
 from assocmem.models import build_model, output_cache
 from assocmem.probes.causality import model_causality
-from assocmem.probes.leak import future_control, leak_config, markdown_table, snap_epoch, summarize, text_file
+from assocmem.probes.experiments.leak import future_control, leak_config, markdown_table, snap_epoch, summarize, text_file
 from assocmem.training.cli import main as cli_main
 from assocmem.training.config import config_from_dict
 from assocmem.training.tasks import arrays_to_dataset
-from assocmem.training.textgen import procedural_text
+from assocmem.probes.experiments.textgen import procedural_text
 
 
 def test_st1_as_written_leaks_and_the_causal_st1_does_not():
@@ -83,7 +83,7 @@ def test_configs_and_a_tiny_run_end_to_end(tmp_path):
     assert cfg.train.grad_transforms[0].param == "model.embed_positions.weight" and cfg.model.preset == "st1-tiny-causal"
     assert config_from_dict(leak_config("baseline", 0, text, 1, tmp_path / "y")).train.grad_transforms == []
     out, result = tmp_path / "leak", tmp_path / "leak.json"
-    assert cli_main(["probe", "leak-experiment", "--procedural-chars", "6000", "--seeds", "0", "--epochs", "1",
+    assert cli_main(["experiment", "leak", "--procedural-chars", "6000", "--seeds", "0", "--epochs", "1",
                      "--cuts", "1", "--jobs", "1", "--out", str(out), "--result", str(result)]) == 0
     assert (out / "text.txt").read_text() == procedural_text(6000, 0)
     assert json.loads(result.read_text())["extra"]["text"]["kind"] == "procedural"

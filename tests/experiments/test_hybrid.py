@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from assocmem.probes.experiment_hybrid import HybridExperimentConfig, attention_layers, model_variants
+from assocmem.probes.experiments.hybrid import HybridExperimentConfig, attention_layers, model_variants
 
 
 @pytest.mark.parametrize("n,pct,expected", [
@@ -34,11 +34,12 @@ def test_tiny_experiment_end_to_end(tmp_path, capsys):
     config.write_text("d_model: 16\nhead_dim: 8\nsteps: 2\nseq_len: 32\nnum_train: 16\nbatch_size: 4\n"
                       "probe_walks: 2\nwindow: 8\nattention_percents: [0, 100]\n")
     out = tmp_path / "out"
-    assert main(["probe", "hybrid-experiment", "--config", str(config), "--out", str(out)]) == 0
-    summary = json.loads((out / "hybrid_experiment.json").read_text())
+    assert main(["experiment", "hybrid", "--config", str(config), "--out", str(out)]) == 0   # one seed: 0
+    summary = json.loads((out / "seed_0" / "hybrid_experiment.json").read_text())
     assert [m["label"] for m in summary["models"]] == ["attn000", "attn100", "sca2to1"]
-    assert (out / "hybrid_curves.png").is_file() and (out / "hybrid_pca.png").is_file()
-    assert "| attn100 |" in (out / "hybrid_experiment.md").read_text()
+    assert (out / "seed_0" / "hybrid_curves.png").is_file() and (out / "seed_0" / "hybrid_pca.png").is_file()
+    assert "| attn100 |" in (out / "seed_0" / "hybrid_experiment.md").read_text()
+    assert "| attn100 |" in capsys.readouterr().out and "| attn100 |" in (out / "hybrid_experiment.md").read_text()
 
 
 def test_seeds_run_into_subfolders_and_are_summarised(tmp_path):
@@ -48,18 +49,18 @@ def test_seeds_run_into_subfolders_and_are_summarised(tmp_path):
     config.write_text("d_model: 16\nhead_dim: 8\nsteps: 2\nseq_len: 32\nnum_train: 16\nbatch_size: 4\n"
                       "probe_walks: 2\nwindow: 8\nattention_percents: [100]\nsca_hybrid: false\n")
     out, result = tmp_path / "out", tmp_path / "hybrid-tiny.json"
-    argv = ["probe", "hybrid-experiment", "--config", str(config), "--threads", "1", "--seeds", "3", "5",
+    argv = ["experiment", "hybrid", "--config", str(config), "--threads", "1", "--seeds", "3", "5",
             "--out", str(out), "--result", str(result)]
     assert main(argv) == 0
     runs = [json.loads((out / f"seed_{s}" / "hybrid_experiment.json").read_text()) for s in (3, 5)]
     assert [r["config"]["seed"] for r in runs] == [3, 5]
-    agg = json.loads((out / "hybrid_seeds.json").read_text())
+    agg = json.loads((out / "hybrid_experiment.json").read_text())["summary"]
     assert agg["seeds"] == [3, 5]
     (row,) = agg["models"]
     lows = [r["models"][0]["headline"]["min_energy_ratio_at_full_context"] for r in runs]
     assert [s["min_energy_ratio"] for s in row["seeds"]] == lows
     assert row["mean_min_energy_ratio"] == pytest.approx(sum(lows) / 2, rel=1e-12)
-    assert "| attn100 |" in (out / "hybrid_seeds.md").read_text()
+    assert "| attn100 |" in (out / "hybrid_experiment.md").read_text()
     assert [r["config"]["threads"] for r in runs] == [1, 1]
 
     from assocmem.training.results import read_result
@@ -69,5 +70,5 @@ def test_seeds_run_into_subfolders_and_are_summarised(tmp_path):
     assert record.values("attn100/min_energy_ratio") == dict(zip((3, 5), lows))
     assert record.values("attn100/train_accuracy") == {s: r["models"][0]["train_eval"]["accuracy"]
                                                        for s, r in zip((3, 5), runs)}
-    assert record.command == "assocmem " + " ".join(argv)
+    assert record.command == "assocmem " + " ".join(argv)  # the flags in the order they are declared
     assert main(argv) == 2  # the stored result is not replaced without --overwrite
