@@ -62,7 +62,8 @@ class FlaEnv:
 
     fla: whether fla and triton are importable; triton: Triton's version; capability: the GPU's
     compute capability (9, 0) = Hopper; tilelang: whether FLA's tilelang backend is usable;
-    kernels: the namespace of FLA's entry points (None: fla.ops, imported at the first call)."""
+    kernels: the namespace of FLA's entry points (None: fla.ops, imported at the first call);
+    float64: whether those take float64 (FLA's naive references, re-typed, do; its Triton kernels do not)."""
 
     fla: bool
     triton: tuple[int, ...] | None = None
@@ -70,6 +71,7 @@ class FlaEnv:
     tilelang: bool = False
     kernels: Any = None
     device_type: str = "cuda"
+    float64: bool = False
 
 
 def _version(text: str) -> tuple[int, ...]:
@@ -101,12 +103,16 @@ def _name(dtype: torch.dtype) -> str:
 
 
 def fla_status(kernel: str, device: torch.device | str, dtype: torch.dtype, head_dim: int, value_dim: int, *,
-               grad: bool = True, env: FlaEnv | None = None) -> tuple[bool, str, str]:
+               grad: bool = True, step: bool = False, env: FlaEnv | None = None) -> tuple[bool, str, str]:
     """(ok, reason, fix): whether FLA's kernel ``kernel`` (a row of ops/fla.py's FLA_KERNELS) runs inputs of
     ``dtype`` with head sizes K = ``head_dim``, V = ``value_dim`` on ``device`` (gradients too, with
-    ``grad``). The checks, in order, are the module docstring's; ``env`` None = ``probe`` for CUDA."""
+    ``grad``; ``step``: its fused recurrent decode kernel, which has neither the chunk kernel's dtype limit
+    nor its gated backward). The checks, in order, are the module docstring's; ``env`` None = ``probe``
+    for CUDA."""
     device = torch.device(device)
     row = FLA_KERNELS[kernel]
+    entry = row.step if step else row.chunk
+    dtypes = (torch.bfloat16, torch.float16, torch.float32) if step else row.dtypes
     if env is None or env.device_type != device.type:
         if device.type != "cuda":
             return False, f"FLA's kernels are Triton GPU kernels and the device is {device.type}", \
@@ -114,18 +120,18 @@ def fla_status(kernel: str, device: torch.device | str, dtype: torch.dtype, head
         env = probe(device.index or 0)
     if not env.fla:
         return False, "flash-linear-attention (fla) with triton is not installed", INSTALL
-    if dtype not in row.dtypes:
-        takes = "/".join(_name(d) for d in row.dtypes)
-        fix = ("train under bf16 autocast (train.precision: bf16)" if torch.float32 not in row.dtypes
+    if dtype not in dtypes and not (dtype == torch.float64 and env.float64):
+        takes = "/".join(_name(d) for d in dtypes)
+        fix = ("train under bf16 autocast (train.precision: bf16)" if torch.float32 not in dtypes
                else "run in float32 or bf16 (backend 'torch' runs float64)")
-        return False, f"FLA's {row.chunk} takes {takes} inputs, got {_name(dtype)}", fix
+        return False, f"FLA's {entry} takes {takes} inputs, got {_name(dtype)}", fix
     if row.max_head_dim is not None and head_dim > row.max_head_dim:
-        return False, f"FLA's {row.chunk} takes head sizes K <= {row.max_head_dim}, got K={head_dim}", \
+        return False, f"FLA's {entry} takes head sizes K <= {row.max_head_dim}, got K={head_dim}", \
             f"a layer head_dim of at most {row.max_head_dim}"
     if dtype in HALF and (head_dim % 2 or value_dim % 2):
         return False, f"FLA's backward asserts even K and V for 16-bit inputs, got K={head_dim}, V={value_dim}", \
             "an even head_dim and value width"
-    if grad and row.gated_bwd and _hopper_guard(env) and not (env.tilelang and dtype in row.tilelang_dtypes):
+    if grad and not step and row.gated_bwd and _hopper_guard(env) and not (env.tilelang and dtype in row.tilelang_dtypes):
         version = ".".join(map(str, env.triton))
         fix = "install Triton >= 3.7.1"
         if row.tilelang_dtypes:
@@ -134,7 +140,7 @@ def fla_status(kernel: str, device: torch.device | str, dtype: torch.dtype, head
         return False, (f"FLA refuses the backward of {row.chunk} on Hopper (compute capability "
                        f"{env.capability[0]}.{env.capability[1]}) with Triton {version}: Triton >= 3.4.0 and < 3.7.1 "
                        f"produces incorrect results for gated chunk_bwd_dqkwg (FLA issue 640)"), fix
-    return True, f"FLA's {row.chunk} ({row.paper})", ""
+    return True, f"FLA's {entry} ({row.paper})", ""
 
 
 def _hopper_guard(env: FlaEnv) -> bool:

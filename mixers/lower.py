@@ -296,7 +296,7 @@ def choose_backend(spec: MixerSpec, form: str = "auto", backend: str = "auto", *
         return "compiled", "backend 'compiled': the form through torch.compile"
     kernel, why_not = fla_kernel(spec, name)
     ok, reason, fix = (False, why_not, "") if kernel is None else fla_status(
-        kernel, device, dtype, spec_head_dim(spec), spec_value_dim(spec), grad=grad, env=env)
+        kernel, device, dtype, spec_head_dim(spec), spec_value_dim(spec), grad=grad, step=name == "recurrent", env=env)
     if backend == "fla":
         if not ok:
             raise ValueError(f"backend 'fla' for {spec.name or 'this spec'} on {device.type} ({_name(dtype)}): "

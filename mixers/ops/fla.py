@@ -26,14 +26,16 @@ every FLA kernel (``g`` = log α, not α) and computed in float32. The delta-cla
 ``use_qk_l2norm_in_kernel=False`` (the layer normalises q and k itself). ``retention`` is the fixed
 per-head decay (RetNet): FLA's ``g_gamma`` path, whose backward does not run the gated kernel FLA
 refuses on Hopper with Triton < 3.7.1 (kernels.py); it reads the decay of the first token, which a
-fixed-decay spec has at every token.
+fixed-decay spec has at every token, so the gradient with respect to log α lands on that token (the
+layer's fixed decay is a constant: nothing learns from it).
 
 Scale: ours and FLA's default are both K**-0.5; it is passed explicitly. ``chunk_size`` is ignored:
 FLA picks its own chunk (the layer's chunk_size tunes our torch forms).
 
 Dtypes: the kernel dtype is the half dtype among q, k, v if any is half (what autocast produced),
 else q's; q, k, v, β, a, b go to it, gates to float32, the initial state to float32 (FLA's GLA and
-KDA require it). o comes back in the kernel dtype, the final state in float32.
+KDA require it). o comes back in the kernel dtype, the final state in float32. (float64, which no
+FLA kernel takes, stays float64 throughout, for FLA's naive references re-typed to float64.)
 
 kernels: a namespace holding FLA's entry points under their FLA names and signatures; None means
 ``fla.ops``, imported at the first call (it needs triton and a GPU, so never at import time). This
@@ -49,7 +51,7 @@ from typing import Any, Callable
 
 import torch
 
-__all__ = ["FlaKernel", "FLA_KERNELS", "fla_op", "kernel_dtype"]
+__all__ = ["FlaKernel", "FLA_KERNELS", "fla_op", "kernel_dtype", "accumulate_dtype"]
 
 HALF = (torch.bfloat16, torch.float16)
 
@@ -63,16 +65,23 @@ def _fold(v: torch.Tensor, beta: torch.Tensor | None) -> torch.Tensor:
     return v if beta is None else (v * beta[..., None]).to(v.dtype)
 
 
+def accumulate_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Gates and states: float32 (float64 stays float64, which no FLA kernel takes but its naive references do)."""
+    return torch.promote_types(dtype, torch.float32)
+
+
 def _per_key(x: torch.Tensor | None, q: torch.Tensor, fill: float) -> torch.Tensor:
     """x ([B, T, H] or [B, T, H, K], or None = ``fill``) as [B, T, H, K] in float32."""
+    acc = accumulate_dtype(q.dtype)
     if x is None:
-        return q.new_full(q.shape, fill, dtype=torch.float32)
-    x = x.float()
+        return q.new_full(q.shape, fill, dtype=acc)
+    x = x.to(acc)
     return x if x.dim() == 4 else x[..., None].expand(q.shape)
 
 
 def _gate(log_alpha: torch.Tensor | None, q: torch.Tensor) -> torch.Tensor:
-    return q.new_zeros(q.shape[:3], dtype=torch.float32) if log_alpha is None else log_alpha.float()
+    acc = accumulate_dtype(q.dtype)
+    return q.new_zeros(q.shape[:3], dtype=acc) if log_alpha is None else log_alpha.to(acc)
 
 
 def _step_size(beta: torch.Tensor | None, q: torch.Tensor) -> torch.Tensor:
@@ -89,7 +98,7 @@ def _simple_gla(q, k, v, log_alpha, beta, removal_key):
 
 
 def _retention(q, k, v, log_alpha, beta, removal_key):
-    return dict(q=q, k=k, v=_fold(v, beta), g_gamma=log_alpha[0, 0].float())
+    return dict(q=q, k=k, v=_fold(v, beta), g_gamma=_gate(log_alpha, q)[0, 0])
 
 
 def _gla(q, k, v, log_alpha, beta, removal_key):  # the gate is positional: chunk_gla's g, fused_recurrent_gla's gk
@@ -173,11 +182,11 @@ def fla_op(name: str, q, k, v, *, log_alpha=None, beta=None, removal_key=None, s
     args = row.args(q, k, v, log_alpha, beta, removal_key)
     kw, pos = (args, ()) if isinstance(args, dict) else args
     kw = dict(kw, scale=q.shape[-1] ** -0.5 if scale is None else float(scale),
-              initial_state=None if initial_state is None else initial_state.float(),
+              initial_state=None if initial_state is None else initial_state.to(accumulate_dtype(dt)),
               output_final_state=output_final_state)
     if cu_seqlens is not None:
         kw["cu_seqlens"] = cu_seqlens
     fn = getattr(fla_ops() if kernels is None else kernels, row.step if step else row.chunk)
     q, k, v = kw.pop("q"), kw.pop("k"), kw.pop("v")
     o, S = fn(q, k, v, *pos, **kw)
-    return o, (None if S is None or not output_final_state else S.float())
+    return o, (None if S is None or not output_final_state else S.to(accumulate_dtype(dt)))
