@@ -123,7 +123,8 @@ def _sca(spec: MixerSpec, d_model: int, form: str, layer_idx: int | None) -> nn.
     o, s = spec.layer, spec.layer.sca
     return SCALayer(d_model, o.num_heads, num_query_heads=s.query_heads, num_thetas=spec.memory.points,
                     conv_kernel_size=o.conv_size, expand_factor=s.expand, out_expand_factor=s.out_expand,
-                    maxlen=s.maxlen, form=lower(spec, form).name, compile=o.compile and compilable(spec, form))
+                    maxlen=s.maxlen, form=lower(spec, form).name,
+                    compile=(o.compile or o.backend == "compiled") and compilable(spec, form))
 
 
 def _recurrent(spec: MixerSpec, d_model: int, form: str, layer_idx: int | None) -> nn.Module:

@@ -158,7 +158,8 @@ class LayerOptions(BaseModel):
         "auto", description="the code that runs the recurrent mixer's op (mixers/kernels.py), chosen per device "
         "and dtype at call time: torch (eager), compiled (as compile: true), fla (FLA's Triton kernel of the "
         "spec's class; refused up front where FLA would refuse) or auto (CUDA: fla where FLA takes the call, "
-        "else the compiled form, warning once per reason; CPU: the eager form)")
+        "else the compiled form, warning once per reason; CPU: the eager form). SCA reads compiled only; "
+        "softmax attention always runs SDPA")
     lr_gate: Literal["none", "sigmoid", "dt"] = Field(
         "none", description="β_t: none → 1, sigmoid → σ(x W_b), dt → Mamba2's Δ = softplus(x W + dt_bias)")
     output_norm: Literal["none", "rmsnorm", "gated_rmsnorm", "gate_then_rmsnorm"] = Field(
