@@ -189,4 +189,4 @@ def fla_op(name: str, q, k, v, *, log_alpha=None, beta=None, removal_key=None, s
     fn = getattr(fla_ops() if kernels is None else kernels, row.step if step else row.chunk)
     q, k, v = kw.pop("q"), kw.pop("k"), kw.pop("v")
     o, S = fn(q, k, v, *pos, **kw)
-    return o, (None if S is None or not output_final_state else S.to(accumulate_dtype(dt)))
+    return o.to(dt), (None if S is None or not output_final_state else S.to(accumulate_dtype(dt)))
