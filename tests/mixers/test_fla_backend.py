@@ -240,3 +240,38 @@ def test_per_key_step_size_goes_to_dplr():
     case = make_case(spec, T=12)
     fla = lower(spec, backend="fla", dtype=torch.float64, env=CPU)
     assert max_abs_error(run(lower(spec), case), run(fla, case), relative=True) < 1e-13  # gradients reach 300
+
+
+def test_verify_backends_path_on_cpu():
+    """verify --device cuda's comparison, run on CPU with the naive stand-ins (fla and torch backends)."""
+    from assocmem.mixers.verify import verify_backends
+    env = FlaEnv(fla=True, kernels=KERNELS, device_type="cpu")
+    results = verify_backends("gated_deltanet", "cpu", env=env, backends=("fla", "torch"), T=24)
+    pairs = [r.pair for r in results]
+    assert "derived vs form:chunk [fla, cpu, float32]" in pairs and "layer: backend fla vs torch [cpu, bfloat16]" in pairs
+    assert all(r.passed for r in results), [(r.pair, r.max_abs_error) for r in results if not r.passed]
+    deltanet = [r.pair for r in verify_backends("deltanet", "cpu", env=env, backends=("fla",), T=8,
+                                                dtypes=(torch.float32,))]
+    assert deltanet == []  # chunk_delta_rule refuses float32: left out
+
+
+def test_verify_cuda_refuses_without_a_gpu(capsys):
+    import argparse
+    from assocmem.mixers.cli import _verify_cuda, derive_main
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    with pytest.raises(SystemExit, match="no CUDA device"):
+        _verify_cuda([get_preset("gdn")], argparse.Namespace(seq_len=8, seed=0, json=None))
+    derive_main(argparse.Namespace(spec="gdn"))
+    out = capsys.readouterr().out
+    assert "cpu   -> torch: auto on cpu" in out and "cuda  -> " in out
+
+
+def test_train_backend_fla_is_refused_before_training():
+    from assocmem.training.config import ConfigError, TrainLoopConfig
+    from assocmem.training.loop import set_mixer_backend
+    model = torch.nn.Sequential(build_mixer(get_preset("gated_deltanet"), 32), build_mixer(get_preset("mamba2"), 32))
+    with pytest.raises(ConfigError, match=r"train.backend: layer 0: backend 'fla'.*Triton GPU kernels"):
+        set_mixer_backend(model, TrainLoopConfig(steps=1, backend="fla"), torch.device("cpu"))
+    set_mixer_backend(model, TrainLoopConfig(steps=1, backend="torch"), torch.device("cpu"))
+    assert [m.backend for m in model] == ["torch", "torch"]
