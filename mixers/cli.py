@@ -1,9 +1,10 @@
 """`assocmem derive SPEC` and `assocmem verify [NAME ...] [--json PATH]`.
 
-    derive   print a spec's derived update, its lowering class and the forms it admits
+    derive   print a spec's derived update, its lowering class, the forms it admits and the kernel
+             backend it gets on CPU and on CUDA, and why
     verify   check every preset (or the named presets / spec files) against its derivation, and
              each preset layer against the published layer it names (--layers: only those);
-             exit 1 on any mismatch
+             --device cuda: every kernel backend on the GPU instead; exit 1 on any mismatch
 
 SPEC / NAME is a preset name or alias (``assocmem.mixers.list_presets()``) or a MixerSpec
 YAML/JSON file.
@@ -13,18 +14,20 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from pathlib import Path
 
+import torch
 import yaml
 
 from assocmem.memories import derive
 
 from .cli_types import positive_int
-from .lower import APPROXIMATE, available_forms
+from .lower import APPROXIMATE, available_forms, choose_backend
 from .presets import PUBLISHED_LAYERS, get_preset, list_presets
 from .spec import MixerSpec
 from .convert.cases import LAYER_CASES
-from .verify import PairResult, verify
+from .verify import PairResult, verify, verify_backends
 from .verify_layers import verify_layers
 
 
@@ -59,6 +62,11 @@ def register_verify(sub: argparse._SubParsersAction) -> None:
                         "a few graphs, about a minute per preset on a small CPU")
     p.add_argument("--seq-len", type=positive_int, default=70, help="sequence length T of the random inputs (default 70)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help="cuda: instead of the float64 pairs, every kernel backend (fla, compiled, torch) of each spec "
+                        "on the GPU against the derivation in float32 and bf16, and each FLA-covered layer by backend "
+                        "fla against backend torch (mixers/verify.py verify_backends: tolerances BACKEND_RTOL, "
+                        "LAYER_RTOL)")
     p.set_defaults(func=verify_main)
 
 
@@ -90,6 +98,8 @@ def derive_main(args: argparse.Namespace) -> int:
               "eqs. 2.31–2.36: Z_t is one more value column of the state)")
     print(f"class:     {step.cls}")
     print(f"forms:     {', '.join(forms)}  (auto = {available_forms(spec)[0]})")
+    for i, line in enumerate(backend_lines(spec)):
+        print(f"{'backend:' if i == 0 else '':10s} {line}")
     if spec.name in PUBLISHED_LAYERS and get_preset(spec.name) == spec:
         print(f"layer:     {PUBLISHED_LAYERS[spec.name]}")
     return 0
@@ -105,9 +115,24 @@ def print_table(results: list[PairResult], out=None) -> None:
         print(f"{r.preset:22s}  {r.pair:{w}s}  {r.max_abs_error:13.2e}  {r.tolerance:7.0e}  {verdict}", file=out)
 
 
+def backend_lines(spec: MixerSpec) -> list[str]:
+    """Which kernel backend ``auto`` gives ``spec`` on CPU and on CUDA (as it resolves with what is installed
+    here, for bf16 training), and why (mixers/kernels.py)."""
+    lines = []
+    for device in ("cpu", "cuda"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the reason is printed here
+            backend, why = choose_backend(spec, device=device, dtype=torch.bfloat16 if device == "cuda" else
+                                          torch.float32)
+        lines.append(f"{device:5s} -> {backend}: {why}")
+    return lines
+
+
 def verify_main(args: argparse.Namespace) -> int:
     specs = [resolve_spec(n, "verify") for n in (args.names or list_presets())]
     results: list[PairResult] = []
+    if getattr(args, "device", "cpu") == "cuda":
+        return _verify_cuda(specs, args)
     if not args.layers:
         for spec in specs:
             results += verify(spec, T=args.seq_len, seed=args.seed, large=args.large, compiled=args.compiled)
@@ -117,10 +142,34 @@ def verify_main(args: argparse.Namespace) -> int:
         raise SystemExit("verify --layers: no published layer is held to the named presets "
                          f"(layers exist for: {', '.join(sorted({c.preset for c in LAYER_CASES.values()}))})")
     print_table(results)
+    print()
+    for spec in specs:
+        for line in backend_lines(spec):
+            print(f"{spec.name or 'custom':22s}  backend {line}")
     failed = [r for r in results if not r.passed]
     print(f"\n{len(results) - len(failed)} of {len(results)} pairs pass ({ops} op pairs, {len(results) - ops} layer pairs)")
     if args.json:
         if args.json.exists():
             print(f"(overwriting {args.json}: verify results are regenerated output)")
+        args.json.write_text(json.dumps([r.as_json() for r in results], indent=2, default=float))
+    return 1 if failed else 0
+
+
+def _verify_cuda(specs: list[MixerSpec], args: argparse.Namespace, env=None) -> int:
+    """``verify --device cuda``: ``verify_backends`` of every spec (``env``: an injected FlaEnv, for tests)."""
+    if env is None and not torch.cuda.is_available():
+        raise SystemExit("verify --device cuda: no CUDA device here (torch.cuda.is_available() is False); run it on "
+                         "a GPU machine, or verify without --device for the float64 pairs on CPU")
+    device = "cuda" if env is None else env.device_type
+    results: list[PairResult] = []
+    for spec in specs:
+        for line in backend_lines(spec):
+            print(f"{spec.name or 'custom':22s}  {line}")
+        results += verify_backends(spec, device, env=env, T=args.seq_len, seed=args.seed,
+                                   **({} if env is None else {"backends": ("fla", "torch")}))
+    print_table(results)
+    failed = [r for r in results if not r.passed]
+    print(f"\n{len(results) - len(failed)} of {len(results)} backend pairs pass on {device}")
+    if args.json:
         args.json.write_text(json.dumps([r.as_json() for r in results], indent=2, default=float))
     return 1 if failed else 0

@@ -321,3 +321,145 @@ def external_references(spec: MixerSpec) -> list[ExternalRef]:
         refs = [r if "normalize=True" in r.name else dataclasses.replace(r, name=f"{r.name} (normalised)",
                                                                           fn=normalized(r.fn)) for r in refs]
     return refs
+
+
+# ------------------------------------------------------------------ FLA's entry points, naive
+
+
+def _varlen(call: Callable, tensors: list[torch.Tensor], initial_state, cu_seqlens) -> tuple:
+    """``call(*tensors, h0) -> (o, S)`` once, or once per sequence of ``cu_seqlens`` [N + 1] (FLA's varlen
+    packing: B = 1, sequence i is tokens cu_seqlens[i]:cu_seqlens[i+1], its initial state initial_state[i])."""
+    if cu_seqlens is None:
+        return call(*tensors, initial_state)
+    if tensors[0].shape[0] != 1:
+        raise ValueError(f"with cu_seqlens the batch size must be 1 (sequences packed along T), got "
+                         f"{tensors[0].shape[0]}")
+    bounds = cu_seqlens.tolist()
+    runs = [call(*(t[:, a:b] for t in tensors), None if initial_state is None else initial_state[i:i + 1])
+            for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))]
+    states = [S for _, S in runs]
+    return torch.cat([o for o, _ in runs], dim=1), (None if states[0] is None else torch.cat(states))
+
+
+def _no_options(name: str, options: dict) -> None:
+    """The stand-ins model FLA's arguments that ops/fla.py passes; any other option switched on is refused."""
+    on = sorted(k for k, v in options.items() if v not in (None, False))
+    if on:
+        raise ValueError(f"the naive stand-in of {name} models none of FLA's options {on}")
+
+
+def _bhtd(fn: Callable) -> Callable:
+    """A [B, H, T, D] reference called with [B, T, H, D] tensors (o comes back [B, T, H, V])."""
+    def call(*xs, **kw):
+        o, S = fn(*(x.transpose(1, 2) for x in xs), **kw)
+        return o.transpose(1, 2), S
+    return call
+
+
+def _l2(use: bool, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """FLA's use_qk_l2norm_in_kernel: q, k · rsqrt(‖·‖² + 1e-6)."""
+    norm = lambda x: x * torch.rsqrt((x * x).sum(-1, keepdim=True) + 1e-6)  # noqa: E731
+    return (norm(q), norm(k)) if use else (q, k)
+
+
+def fla_naive_kernels() -> types.SimpleNamespace | None:
+    """FLA's pure-torch naive references (fla/ops/<family>/naive.py) under the names and leading parameters of
+    its Triton entry points (chunk_linear_attn, ..., fused_recurrent_dplr_delta_rule; ops/fla.py), or None
+    when fla-core is not installed. The ``kernels`` namespace that runs the fla backend without a GPU
+    (``FlaEnv(kernels=...)``, mixers/kernels.py): the call ops/fla.py makes, arguments and all, reaches FLA's
+    own reference. Each loops over the sequences of ``cu_seqlens``; the chunk and fused recurrent entry
+    points share one reference (FLA's naive files hold one recurrence per family); float64 inputs run
+    re-typed to float64. As in FLA, chunk_delta_rule refuses float32 inputs."""
+    mods = {f: _fla_naive(f) for f in ("linear_attn", "simple_gla", "gla", "delta_rule", "gated_delta_rule", "kda",
+                                       "generalized_delta_rule/dplr")}
+    if any(m is None for m in mods.values()):
+        return None
+    lin, sgla, gla, dr, gdr, kda, dplr = mods.values()
+    fixed = lambda q, scale: _rescale_q(q, scale if scale is not None else q.shape[-1] ** -0.5)  # noqa: E731
+
+    def linear_attn(q, k, v, scale=None, initial_state=None, output_final_state=False, normalize=False,
+                    cu_seqlens=None, reverse=False):
+        _no_options("linear_attn", dict(reverse=reverse))
+        return _varlen(lambda q, k, v, h0: lin.naive_recurrent_linear_attn(
+            q, k, v, scale=scale, initial_state=h0, output_final_state=output_final_state, normalize=normalize),
+            [q, k, v], initial_state, cu_seqlens)
+
+    def simple_gla(q, k, v, g=None, g_gamma=None, scale=None, initial_state=None, output_final_state=False,
+                   state_v_first=False, cu_seqlens=None, reverse=False, **options):
+        _no_options("simple_gla", dict(options, state_v_first=state_v_first, reverse=reverse))
+        if g is None:  # a fixed decay per head is the same decay at every token
+            g = q.new_zeros(q.shape[:3], dtype=torch.float32) if g_gamma is None else g_gamma.expand(q.shape[:3])
+
+        def run(q, k, v, g, h0):
+            o, S = sgla.naive_recurrent_simple_gla(q, k, v, g, scale=scale, initial_state=h0, output_final_state=True)
+            return o, (S if output_final_state else None)
+        return _varlen(run, [q, k, v, g], initial_state, cu_seqlens)
+
+    def gla_(q, k, v, g, scale=None, initial_state=None, output_final_state=False, state_v_first=False,
+             cu_seqlens=None, reverse=False, **options):
+        _no_options("gla", dict(options, state_v_first=state_v_first, reverse=reverse))
+        return _varlen(lambda q, k, v, g, h0: gla.naive_recurrent_gla(
+            fixed(q, scale), k, v, g, initial_state=h0, output_final_state=output_final_state),
+            [q, k, v, g], initial_state, cu_seqlens)
+
+    def delta(q, k, v, beta=None, scale=None, initial_state=None, output_final_state=False,
+              use_qk_l2norm_in_kernel=False, cu_seqlens=None, **options):
+        _no_options("delta_rule", options)
+        q, k = _l2(use_qk_l2norm_in_kernel, q, k)
+        beta = q.new_ones(q.shape[:3]) if beta is None else beta
+
+        def run(q, k, v, beta, h0):
+            o, S = _bhtd(dr.delta_rule_recurrence)(fixed(q, scale), k, v, beta, initial_state=h0,
+                                                   output_final_state=True)
+            return o, (S if output_final_state else None)
+        return _varlen(run, [q, k, v, beta], initial_state, cu_seqlens)
+
+    def chunk_delta(q, k, v, beta, scale=None, initial_state=None, output_final_state=False,
+                    use_qk_l2norm_in_kernel=False, cu_seqlens=None, **options):
+        if q.dtype == torch.float32:  # FLA: "ChunkDeltaRuleFunction does not support float32. Please use bfloat16."
+            raise AssertionError("ChunkDeltaRuleFunction does not support float32. Please use bfloat16.")
+        return delta(q, k, v, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel, cu_seqlens,
+                     **options)
+
+    def gated(q, k, v, g=None, gk=None, gv=None, beta=None, scale=None, initial_state=None, output_final_state=False,
+              use_qk_l2norm_in_kernel=False, cu_seqlens=None, **options):
+        _no_options("gated_delta_rule", dict(options, gk=gk, gv=gv))
+        q, k = _l2(use_qk_l2norm_in_kernel, q, k)
+        return _varlen(lambda q, k, v, g, beta, h0: gdr.naive_recurrent_gated_delta_rule(
+            q, k, v, beta, g, scale=scale, initial_state=h0, output_final_state=output_final_state),
+            [q, k, v, g, beta], initial_state, cu_seqlens)
+
+    def chunk_gated(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
+                    use_qk_l2norm_in_kernel=False, cu_seqlens=None, **options):
+        return gated(q, k, v, g=g, beta=beta, scale=scale, initial_state=initial_state,
+                     output_final_state=output_final_state, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
+                     cu_seqlens=cu_seqlens, **options)
+
+    def kda_(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
+             use_qk_l2norm_in_kernel=False, cu_seqlens=None, **options):
+        _no_options("kda", options)
+        q, k = _l2(use_qk_l2norm_in_kernel, q, k)
+        return _varlen(lambda q, k, v, g, beta, h0: kda.naive_recurrent_kda(
+            q, k, v, g, beta, scale=scale, initial_state=h0, output_final_state=output_final_state),
+            [q, k, v, g, beta], initial_state, cu_seqlens)
+
+    def dplr_(q, k, v, a, b, gk, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None,
+              **options):
+        _no_options("dplr_delta_rule", options)
+
+        def run(q, k, v, a, b, gk, h0):
+            o, S = _bhtd(dplr.dplr_recurrence)(fixed(q, scale), k, v, a, b, gk, initial_state=h0,
+                                               output_final_state=True)
+            return o, (S if output_final_state else None)
+        return _varlen(run, [q, k, v, a, b, gk], initial_state, cu_seqlens)
+
+    f64 = _float64_when_asked
+    return types.SimpleNamespace(
+        chunk_linear_attn=f64(lin, linear_attn), fused_recurrent_linear_attn=f64(lin, linear_attn),
+        chunk_simple_gla=f64(sgla, simple_gla), fused_recurrent_simple_gla=f64(sgla, simple_gla),
+        chunk_gla=f64(gla, gla_), fused_recurrent_gla=f64(gla, gla_),
+        chunk_delta_rule=f64(dr, chunk_delta), fused_recurrent_delta_rule=f64(dr, delta),
+        chunk_gated_delta_rule=f64(gdr, chunk_gated), fused_recurrent_gated_delta_rule=f64(gdr, gated),
+        chunk_kda=f64(kda, kda_), fused_recurrent_kda=f64(kda, kda_),
+        chunk_dplr_delta_rule=f64(dplr, dplr_), fused_recurrent_dplr_delta_rule=f64(dplr, dplr_),
+    )

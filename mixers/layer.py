@@ -26,15 +26,22 @@ The generic recurrent ``Mixer`` (FLA/GDN-style layer around the spec's op):
          sigmoid: β = σ(x W_b) ([B, T, H, K_φ] with                      log α = −exp(A_log)·Δ, β = Δ
                   optimizer rate='key')
        removal key (remove_replace bias, RWKV-7): κ = L2norm(k ⊙ ξ), ξ [H·K_φ] learned, 1 at init
-    5. o, S = lower(spec, form).fn(q, k, v, log_alpha, beta, [removal_key,] scale, initial_state=S)
-       (layer.compile: the chunk form's compiled variant, mixers/ops/compiled.py)
+    5. o, S = lower(spec, form, backend).fn(q, k, v, log_alpha, beta, [removal_key,] scale, initial_state=S)
+       (layer.backend, mixers/kernels.py: lowered per (device, dtype, grad mode) at the first call there;
+        on CPU "auto" is the eager form, on CUDA FLA's kernel where FLA takes the call, else the compiled one;
+        layer.compile = backend "compiled": the chunk form's compiled variant, mixers/ops/compiled.py)
        (layer.normalize: the op runs on [v, 1] and o = num / (den + 1e-10), ops/normalized.py)
     6. o += D·v (layer.d_skip); o = RMSNorm_head(o) [· act(x W_g)]; y = o W_o   (act: layer.output_gate;
        W_a and W_g of rank K with layer.low_rank_gates; Mamba2's order: RMSNorm_group(o · act(x W_g)))
 
 Decoding: a call with a state and T == 1 is a decode step and runs the class's
-"recurrent" form (the hand-written recurrence, equal to every other form);
-all other calls run ``form``. Both are O(1) in the prefix length.
+"recurrent" form (the hand-written recurrence, equal to every other form; with the
+fla backend, FLA's fused recurrent kernel); all other calls run ``form``. Both are
+O(1) in the prefix length.
+
+``set_backend(model, backend)`` sets the backend of every recurrent Mixer in a model (train.backend);
+``check_backend(model, device, dtype)`` lowers each of them there, so that backend "fla" is refused
+before any work starts.
 """
 from __future__ import annotations
 
@@ -51,7 +58,8 @@ from .attention import Attention
 from .boundary import check_mixer_input
 from .conv import ShortConv
 from .feature_maps import build_feature_map, feature_width
-from .lower import compilable, lower
+from .kernels import BACKENDS, FlaEnv
+from .lower import Form, compilable, fla_kernel, lower
 from .norm import rms_norm
 from .sca import SCALayer
 from .spec import MixerSpec
@@ -115,7 +123,8 @@ def _sca(spec: MixerSpec, d_model: int, form: str, layer_idx: int | None) -> nn.
     o, s = spec.layer, spec.layer.sca
     return SCALayer(d_model, o.num_heads, num_query_heads=s.query_heads, num_thetas=spec.memory.points,
                     conv_kernel_size=o.conv_size, expand_factor=s.expand, out_expand_factor=s.out_expand,
-                    maxlen=s.maxlen, form=lower(spec, form).name, compile=o.compile and compilable(spec, form))
+                    maxlen=s.maxlen, form=lower(spec, form).name,
+                    compile=(o.compile or o.backend == "compiled") and compilable(spec, form))
 
 
 def _recurrent(spec: MixerSpec, d_model: int, form: str, layer_idx: int | None) -> nn.Module:
@@ -150,8 +159,14 @@ class Mixer(nn.Module):
         self.spec, self.layer_idx = spec, layer_idx
         self.H, self.Hqk, self.K, self.V = o.num_heads, o.qk_heads, o.head_dim, o.value_dim
         self.K_phi = feature_width(o.feature_map, self.K)  # key width of the memory
-        self.form = lower(spec, form, compile=o.compile and compilable(spec, form))
+        self.form_name = form
+        self.backend, self.fla_env = ("compiled" if o.compile else o.backend), None
+        if self.backend == "fla" and fla_kernel(spec, form)[0] is None:  # whatever the device: refuse now
+            raise ValueError(f"backend 'fla' for {spec.name or 'this spec'}: {fla_kernel(spec, form)[1]}")
+        # the forms on CPU (what "auto" and "torch" run there); other devices: ``lowered``
+        self.form = lower(spec, form, compile=self.backend == "compiled" and compilable(spec, form))
         self.step_form = lower(spec, "recurrent")
+        self._lowered: dict[tuple, tuple[Form, Form]] = {}
         self.phi_q = build_feature_map(o.feature_map, self.Hqk, self.K)
         self.phi_k = build_feature_map(o.feature_map, self.Hqk, self.K)
         # RWKV-7's removal key κ = L2norm(k ⊙ ξ) (remove_replace bias); ξ = 1 makes κ the normalised k
@@ -262,14 +277,45 @@ class Mixer(nn.Module):
         if self.removal is not None:  # κ = L2norm(k ⊙ ξ)
             gates["removal_key"] = l2_normalize(k * self.removal.view(self.H, self.K_phi).to(k.dtype))
         step = state is not None and T == 1
-        fn = self.step_form.fn if step else self.form.fn
-        chunk = {"chunk_size": self.spec.layer.chunk_size} if self.form.name == "chunk" and not step else {}
+        form, step_form = self.lowered(x.device, _input_dtype(x), torch.is_grad_enabled())
+        fn = step_form.fn if step else form.fn
+        chunk = {"chunk_size": self.spec.layer.chunk_size} if form.name == "chunk" and not step else {}
         with torch.autocast(x.device.type, enabled=False):  # the op computes in its inputs' dtypes (bf16 q/k/v,
             o, memory = fn(q, k, v, **gates, scale=self.spec.layer.scale, **chunk,  # float32 gates, solves), as
                            initial_state=None if state is None else state.memory,  # it does without autocast
                            output_final_state=return_state)
         y = self.o_proj(self._output(o, v, x).reshape(B, T, self.H * self.V))
         return y, (MixerState(memory, conv_state) if return_state else None)
+
+    def lowered(self, device: torch.device, dtype: torch.dtype, grad: bool = True) -> tuple[Form, Form]:
+        """(form, step form) that run on ``device`` for inputs of ``dtype`` (``grad``: with gradients), by
+        ``self.backend``; lowered once per (device, dtype, grad). On CPU without an injected ``fla_env``
+        the backends "auto" and "torch" run the forms built at construction."""
+        key = (str(device), dtype, grad)
+        if key not in self._lowered:
+            cpu = device.type == "cpu" and (self.fla_env is None or self.fla_env.device_type != "cpu")
+            if cpu and self.backend in ("auto", "torch", "compiled"):
+                self._lowered[key] = (self.form, self.step_form)
+            else:
+                where = dict(device=device, dtype=dtype, grad=grad, env=self.fla_env)
+                backend = self.backend
+                if backend == "compiled" and not compilable(self.spec, self.form_name):
+                    backend = "torch"  # forms without a compiled variant (as layer.compile always did)
+                step = "torch" if self.backend == "compiled" else self.backend
+                self._lowered[key] = (lower(self.spec, self.form_name, backend=backend, **where),
+                                      lower(self.spec, "recurrent", backend=step, **where))
+        return self._lowered[key]
+
+    def set_backend(self, backend: str, fla_env: FlaEnv | None = None) -> None:
+        """Run this mixer by ``backend`` from the next call (``fla_env``: what FLA's availability reads, and
+        the namespace its kernels come from; None: the machine's)."""
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
+        if backend == "fla" and fla_kernel(self.spec, self.form_name)[0] is None:
+            raise ValueError(f"backend 'fla' for {self.spec.name or 'this spec'}: "
+                             f"{fla_kernel(self.spec, self.form_name)[1]}")
+        self.backend, self.fla_env = backend, fla_env
+        self._lowered.clear()
 
     def _output(self, o: torch.Tensor, v: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """D skip, output norm and gate (layer.output_norm): o [B, T, H, V] -> [B, T, H, V]."""
@@ -285,3 +331,30 @@ class Mixer(nn.Module):
         if self.g_proj is not None:
             o = o * self.output_gate(self.g_proj(x)).view_as(o)
         return o
+
+
+def _input_dtype(x: torch.Tensor) -> torch.dtype:
+    """The dtype the op's inputs arrive in: autocast's where it is on for x's device, else x's."""
+    on = torch.is_autocast_enabled(x.device.type)
+    return torch.get_autocast_dtype(x.device.type) if on and x.is_floating_point() else x.dtype
+
+
+def set_backend(module: nn.Module, backend: str, *, fla_env: FlaEnv | None = None) -> None:
+    """Set the backend of every recurrent ``Mixer`` in ``module`` (mixers/kernels.py; train.backend)."""
+    for m in module.modules():
+        if isinstance(m, Mixer):
+            m.set_backend(backend, fla_env)
+
+
+def check_backend(module: nn.Module, device: torch.device | str, dtype: torch.dtype,
+                  grad: bool = True) -> list[tuple[str, Form]]:
+    """Lower every recurrent ``Mixer`` in ``module`` for ``device`` and ``dtype`` now: (module name, form) of
+    each; ValueError, naming the layer, where backend "fla" is refused (before training starts)."""
+    out = []
+    for name, m in module.named_modules():
+        if isinstance(m, Mixer):
+            try:
+                out.append((name, m.lowered(torch.device(device), dtype, grad)[0]))
+            except ValueError as err:
+                raise ValueError(f"layer {name or '(top)'}: {err}") from None
+    return out

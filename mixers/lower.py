@@ -28,6 +28,24 @@ K steps equal one step with another β (ops/depth.py), every form of the row run
 and the hand-written form is the unrolled K-step loop; the other classes take K steps in the
 derived scan. A normalised read-out (``layer.normalize``, eqs. 2.31–2.36) wraps every form of a
 hebbian spec (``readout``, ops/normalized.py).
+
+Kernel backends (mixers/kernels.py): ``lower(spec, form, backend=...)`` runs a form eagerly ("torch"),
+through torch.compile ("compiled", forms in ``COMPILABLE``) or as FLA's Triton kernel ("fla"); "auto"
+picks by device (``choose_backend``). The ``fla`` column maps the retention gate of a row's spec (None:
+no decay, "scalar", "fixed", "key") to FLA's kernel (ops/fla.py FLA_KERNELS), for the chunk form and,
+with the fused recurrent kernel, the decode step ("recurrent"):
+
+    family            no decay       scalar            fixed              key
+    hebbian           linear_attn    simple_gla        retention          gla              (β folded into v)
+    delta_rule        delta_rule     gated_delta_rule  gated_delta_rule   -                (key: row kda)
+    kda               -              -                 -                  kda
+    delta_rule_joint  dplr           dplr              dplr               dplr
+    dplr              dplr           dplr              dplr               dplr
+
+Not FLA (auto takes the compiled form): the other rows (longhorn's implicit step, spectral, attention,
+scan: SCA, Huber/ℓp, Titans, TTT, specs outside these classes), the normalised read-out, a per-key
+step size outside dplr, the forms other than chunk and recurrent, and whatever ``fla_status`` refuses
+(float64, head sizes, the Hopper/Triton guard, FLA not installed).
 """
 from __future__ import annotations
 
@@ -35,10 +53,16 @@ import functools
 from dataclasses import dataclass, field
 from typing import Callable
 
+import torch
+
 from assocmem.memories import Implicit, L2Decay, derive, window_of
+from assocmem.memories.checks import gate_needs
 from assocmem.memories.derive import RecurrentStep
 
+from .feature_maps import feature_width
+from .kernels import BACKENDS, FlaEnv, fla_status, warn_once
 from .ops import attention, delta, delta_chunk, depth, dplr, hebbian, spectral
+from .ops.fla import FLA_KERNELS, fla_op
 from .ops.chunk_approx import chunk_approx_scan
 from .ops.normalized import normalized
 from .references import online_rule
@@ -89,6 +113,7 @@ class Family:
     bind: Callable[[MixerSpec], dict] = field(default=lambda spec: {})
     other_order: tuple[str, str] | None = None
     depth: Depth | None = None
+    fla: dict[str | None, str] | None = None
 
     @property
     def forms(self) -> tuple[str, ...]:
@@ -105,16 +130,18 @@ def _den_floor(spec: MixerSpec) -> dict:
 
 _DELTA = dict(cls="delta", beta="step", lr=True, default_chunk=delta_chunk.default_chunk_size)
 _GD_DEPTH = Depth(depth.gd_beta, depth.recurrent_delta_steps, "recurrent_delta_steps")
+_DPLR = dict.fromkeys((None, "scalar", "fixed", "key"), "dplr")
 
 FAMILIES: dict[str, Family] = {
     "hebbian": Family(
         cls="hebbian", beta="write", lr=True, default_chunk=hebbian.default_chunk_size,
         ops={"chunk": hebbian.chunk_hebbian, "recurrent": hebbian.recurrent_hebbian},
-        hand_written="recurrent_hebbian", depth=Depth(depth.hebbian_beta, depth.recurrent_hebbian_steps, "recurrent_hebbian_steps")),
+        hand_written="recurrent_hebbian", depth=Depth(depth.hebbian_beta, depth.recurrent_hebbian_steps, "recurrent_hebbian_steps"),
+        fla={None: "linear_attn", "scalar": "simple_gla", "fixed": "retention", "key": "gla"}),
     "delta_rule": Family(
         **_DELTA, ops={"chunk": delta.chunk_delta_rule, "recurrent": delta.recurrent_delta_rule},
         hand_written="recurrent_delta_rule", other_order=("delta_rule_joint", "one joint GD step; must differ"),
-        depth=_GD_DEPTH),
+        depth=_GD_DEPTH, fla={None: "delta_rule", "scalar": "gated_delta_rule", "fixed": "gated_delta_rule"}),
     "longhorn": Family(
         **_DELTA, ops={"chunk": delta.chunk_longhorn, "recurrent": delta.recurrent_longhorn},
         hand_written="recurrent_longhorn",
@@ -122,14 +149,15 @@ FAMILIES: dict[str, Family] = {
                     "recurrent_delta_steps(implicit)")),
     "kda": Family(
         **_DELTA, ops={"chunk": delta.chunk_kda, "recurrent": delta.recurrent_kda},
-        hand_written="recurrent_kda", depth=_GD_DEPTH),
+        hand_written="recurrent_kda", depth=_GD_DEPTH, fla={"key": "kda"}),
     "delta_rule_joint": Family(
         **{**_DELTA, "cls": "diag_rank1"},
         ops={"chunk": delta.chunk_delta_rule_joint, "recurrent": delta.recurrent_delta_rule_joint},
-        hand_written="recurrent_delta_rule_joint", other_order=("delta_rule", "published Gated DeltaNet; must differ")),
+        hand_written="recurrent_delta_rule_joint", other_order=("delta_rule", "published Gated DeltaNet; must differ"),
+        fla=_DPLR),
     "dplr": Family(
         **{**_DELTA, "cls": "dplr"}, ops={"chunk": dplr.chunk_dplr, "recurrent": dplr.recurrent_dplr},
-        hand_written="recurrent_dplr"),
+        hand_written="recurrent_dplr", fla=_DPLR),
     "spectral": Family(
         cls="spectral", beta="weight", bind=_den_floor,
         ops={"prefix_sum": spectral.prefix_sum_spectral, "masked_matmul": spectral.masked_matmul_spectral,
@@ -169,13 +197,22 @@ def family_of(spec: MixerSpec) -> Family:
 
 @dataclass(frozen=True)
 class Form:
-    """An executable form: ``fn`` has the op contract of the spec's class."""
+    """An executable form: ``fn`` has the op contract of the spec's class.
+
+    backend: the code that runs it ("torch", "compiled" or "fla", mixers/kernels.py); why: the reason
+    that backend was picked (and, under "auto", why FLA was not)."""
 
     name: str
     cls: str
     fn: Callable
     exact: bool
-    compiled: bool = False  # the chunk / prefix_sum form through torch.compile (COMPILABLE)
+    backend: str = "torch"
+    why: str = ""
+
+    @property
+    def compiled(self) -> bool:
+        """The chunk / prefix_sum form through torch.compile (``COMPILABLE``)."""
+        return self.backend == "compiled"
 
     def __call__(self, *args, **kwargs):
         return self.fn(*args, **kwargs)
@@ -185,12 +222,22 @@ def available_forms(spec: MixerSpec) -> list[str]:
     return list(family_of(spec).forms)
 
 
-def lower(spec: MixerSpec, form: str = "auto", *, compile: bool = False) -> Form:
-    """The requested form of ``spec`` ("auto" = the fastest exact one for its class).
+def lower(spec: MixerSpec, form: str = "auto", *, backend: str = "torch", compile: bool = False,
+          device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32, grad: bool = True,
+          env: FlaEnv | None = None) -> Form:
+    """The requested form of ``spec`` ("auto" = the fastest exact one for its class), run by ``backend``.
 
-    compile: the form's compiled variant (forms in ``COMPILABLE``: the same group functions fused
-    by torch.compile, mixers/ops/compiled.py; equal to the eager form to rounding).
+    backend: "torch" (eager), "compiled" (the form's compiled variant: forms in ``COMPILABLE``, the same
+    group functions fused by torch.compile, mixers/ops/compiled.py; equal to the eager form to rounding),
+    "fla" (FLA's Triton kernel, ops/fla.py) or "auto" (``choose_backend`` for ``device`` and the inputs'
+    ``dtype``, with ``grad`` whether gradients will be taken). compile=True is backend="compiled".
+    env: what FLA's availability reads (mixers/kernels.py ``FlaEnv``; None: probed for a CUDA device),
+    and its ``kernels``, the namespace FLA's entry points are taken from.
     """
+    if compile:
+        if backend not in ("torch", "compiled"):
+            raise ValueError(f"compile=True is backend='compiled'; it cannot combine with backend={backend!r}")
+        backend = "compiled"
     fam = family_of(spec)
     name = fam.forms[0] if form == "auto" else form
     if name not in fam.ops:
@@ -198,18 +245,91 @@ def lower(spec: MixerSpec, form: str = "auto", *, compile: bool = False) -> Form
             f"form {form!r} is not available for {spec.name or 'this spec'}: its class is {fam.cls!r} "
             f"({_why(name)}); available forms: {list(fam.forms)}"
         )
+    chosen, why = choose_backend(spec, name, backend, device=device, dtype=dtype, grad=grad, env=env)
     op = fam.ops[name]
-    if compile:
+    if chosen == "compiled":
         if name not in COMPILABLE:
-            raise ValueError(f"compile=True needs a form with a compiled variant ({sorted(COMPILABLE)}), got "
-                             f"{name!r} for {spec.name or 'this spec'}" + (" (the scan form is compiled already)"
-                                                                        if name == "scan" else ""))
+            raise ValueError(f"backend 'compiled' (compile=True) needs a form with a compiled variant "
+                             f"({sorted(COMPILABLE)}), got {name!r} for {spec.name or 'this spec'}"
+                             + (" (the scan form is compiled already)" if name == "scan" else ""))
         op = functools.partial(op, compile=True)
-    return Form(name, fam.cls, _bound(spec, fam, op), exact=name not in APPROXIMATE, compiled=compile)
+    elif chosen == "fla":
+        op = functools.partial(fla_op, fla_kernel(spec, name)[0], step=name == "recurrent",
+                               kernels=None if env is None else env.kernels)
+    return Form(name, fam.cls, _bound(spec, fam, op), exact=name not in APPROXIMATE, backend=chosen, why=why)
+
+
+def fla_kernel(spec: MixerSpec, form: str = "auto") -> tuple[str | None, str]:
+    """(FLA kernel, why) of ``spec``'s ``form``: a row of ops/fla.py's FLA_KERNELS from the class table's
+    ``fla`` column, or None with the reason the spec has none (whatever the device)."""
+    fam = family_of(spec)
+    name = fam.forms[0] if form == "auto" else form
+    gate = spec.retention.gate if isinstance(spec.retention, L2Decay) else None
+    kernel = (fam.fla or {}).get(gate)
+    if kernel is None:
+        decay = "" if fam.fla is None else " with " + ("no decay" if gate is None else f"decay gate {gate!r}")
+        return None, f"FLA has no kernel for family {family_name(spec)!r} (class {fam.cls!r}){decay}"
+    if name not in ("chunk", "recurrent"):
+        return None, f"form {name!r} has no FLA kernel (the chunk form and the decode step do)"
+    if spec.layer.normalize:
+        return None, "the normalised read-out (layer.normalize) has no FLA kernel"
+    if gate_needs(spec).beta_key and kernel != "dplr":
+        return None, f"FLA's {FLA_KERNELS[kernel].chunk} takes one step size per head, not per key (optimizer rate 'key')"
+    return kernel, f"FLA's {FLA_KERNELS[kernel].step if name == 'recurrent' else FLA_KERNELS[kernel].chunk}"
+
+
+def choose_backend(spec: MixerSpec, form: str = "auto", backend: str = "auto", *, device: torch.device | str = "cpu",
+                   dtype: torch.dtype = torch.float32, grad: bool = True, env: FlaEnv | None = None) -> tuple[str, str]:
+    """(backend, why) that runs ``spec``'s ``form`` on ``device`` for inputs of ``dtype`` (mixers/kernels.py).
+
+    "torch" and "compiled" are taken as asked. "fla" raises ValueError, naming the reason and the fix,
+    when the spec has no FLA kernel or FLA would refuse the call. "auto": on CUDA (or the device an
+    injected ``env`` describes), fla where it runs, else compiled for a form in ``COMPILABLE``, else
+    torch, warning once per reason when FLA has the class's kernel but refuses it; on CPU, torch."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
+    fam, device = family_of(spec), torch.device(device)
+    name = fam.forms[0] if form == "auto" else form
+    if backend == "torch":
+        return "torch", "backend 'torch': the eager form"
+    if backend == "compiled":
+        return "compiled", "backend 'compiled': the form through torch.compile"
+    kernel, why_not = fla_kernel(spec, name)
+    ok, reason, fix = (False, why_not, "") if kernel is None else fla_status(
+        kernel, device, dtype, spec_head_dim(spec), spec_value_dim(spec), grad=grad, step=name == "recurrent", env=env)
+    if backend == "fla":
+        if not ok:
+            raise ValueError(f"backend 'fla' for {spec.name or 'this spec'} on {device.type} ({_name(dtype)}): "
+                             f"{reason}" + (f"; fix: {fix}" if fix else ""))
+        return "fla", reason
+    if ok:
+        return "fla", f"auto on {device.type}: {reason}"
+    fallback = "compiled" if name in COMPILABLE else "torch"
+    if device.type != "cuda" and (env is None or env.device_type != device.type):
+        return "torch", (f"auto on {device.type}: the eager form (compiling on a CPU costs tens of seconds per "
+                         f"graph; ask for backend 'compiled')")
+    what = "its compiled form" if fallback == "compiled" else f"the eager {name} form"
+    if kernel is not None:  # FLA has the class's kernel and refuses this call: once per reason, for every layer
+        warn_once(f"backend 'auto' on {device.type}: {reason}; the layers FLA would run take their compiled (or "
+                  f"eager) forms instead. Fix: {fix}")
+    return fallback, f"auto on {device.type}: {what} ({reason})"
+
+
+def spec_head_dim(spec: MixerSpec) -> int:
+    """K of the memory: the layer's head_dim through its feature map (hedgehog doubles it)."""
+    return feature_width(spec.layer.feature_map, spec.layer.head_dim)
+
+
+def spec_value_dim(spec: MixerSpec) -> int:
+    return spec.layer.value_dim
+
+
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
 
 
 def compilable(spec: MixerSpec, form: str = "auto") -> bool:
-    """Whether ``lower(spec, form, compile=True)`` exists (the form it picks is in ``COMPILABLE``)."""
+    """Whether ``lower(spec, form, backend="compiled")`` exists (the form it picks is in ``COMPILABLE``)."""
     fam = family_of(spec)
     return (fam.forms[0] if form == "auto" else form) in COMPILABLE
 

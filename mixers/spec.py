@@ -153,7 +153,13 @@ class LayerOptions(BaseModel):
         False, description="run the chunk form (recurrent mixers) or the prefix_sum form (SCA) through "
         "torch.compile: the same source fused by inductor, equal to the eager form to rounding "
         "(mixers/ops/compiled.py); each new (shape, dtype) compiles once, tens of seconds on a CPU. "
-        "Other forms (sdpa, the scan form, compiled already) are unaffected")
+        "Other forms (sdpa, the scan form, compiled already) are unaffected. compile: true is backend: compiled")
+    backend: Literal["auto", "torch", "compiled", "fla"] = Field(
+        "auto", description="the code that runs the recurrent mixer's op (mixers/kernels.py), chosen per device "
+        "and dtype at call time: torch (eager), compiled (as compile: true), fla (FLA's Triton kernel of the "
+        "spec's class; refused up front where FLA would refuse) or auto (CUDA: fla where FLA takes the call, "
+        "else the compiled form, warning once per reason; CPU: the eager form). SCA reads compiled only; "
+        "softmax attention always runs SDPA")
     lr_gate: Literal["none", "sigmoid", "dt"] = Field(
         "none", description="β_t: none → 1, sigmoid → σ(x W_b), dt → Mamba2's Δ = softplus(x W + dt_bias)")
     output_norm: Literal["none", "rmsnorm", "gated_rmsnorm", "gate_then_rmsnorm"] = Field(
@@ -181,6 +187,12 @@ class LayerOptions(BaseModel):
     @classmethod
     def _nest_flat_keys(cls, data):
         return nest_flat_keys(data) if isinstance(data, dict) else data
+
+    @model_validator(mode="after")
+    def _compile_is_a_backend(self) -> "LayerOptions":
+        if self.compile and self.backend not in ("auto", "compiled"):
+            raise ValueError(f"compile: true is backend: compiled; it contradicts backend: {self.backend}")
+        return self
 
     @model_validator(mode="after")
     def _heads(self) -> "LayerOptions":

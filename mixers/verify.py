@@ -298,3 +298,98 @@ def _result(label: str, pair: str, tol: float, measure: Callable[[], float]) -> 
     except Exception as exc:  # a failing implementation is a failed pair, reported with its reason
         return PairResult(label, f"{pair} [error: {type(exc).__name__}: {exc}]", float("inf"), False, tol)
     return PairResult(label, pair, err, err <= tol, tol)
+
+
+# ----------------------------------------------------------------- backends on a device
+
+# tolerances of ``verify_backends``, relative to each tensor's largest entry (outputs, final states, input
+# gradients) against the float64 derivation: float32 as F32_RTOL but 1e-3 where FLA's Triton dots may round
+# through TF32; bf16 inputs carry 8 significant bits (2^-8 = 4e-3) through sums of T terms
+BACKEND_RTOL = {("torch", torch.float32): F32_RTOL, ("compiled", torch.float32): F32_RTOL,
+                ("fla", torch.float32): 1e-3, ("torch", torch.bfloat16): 5e-2, ("compiled", torch.bfloat16): 5e-2,
+                ("fla", torch.bfloat16): 5e-2}
+LAYER_RTOL = {torch.float32: 1e-4, torch.bfloat16: 5e-2}  # a Mixer by backend "fla" against the same by "torch"
+
+
+def on_device(case: Case, device: torch.device | str, dtype: torch.dtype) -> Case:
+    """``case`` in ``dtype`` on ``device`` (fresh leaves that require grad)."""
+    c = cast(case, dtype)
+    move = lambda t: None if t is None else t.detach().to(device)  # noqa: E731
+    init = c.initial_state
+    init = move(init) if init is None or torch.is_tensor(init) else tuple(move(t) for t in init)
+    return Case({n: move(t).requires_grad_(True) for n, t in c.tensors.items()}, init, c.scale)
+
+
+def _to_cpu64(out: dict) -> dict:
+    f = lambda t: t.detach().to("cpu", torch.float64)  # noqa: E731
+    return {"output": [f(t) for t in out["output"]], "state": [f(t) for t in out["state"]],
+            "grad": {n: f(t) for n, t in out["grad"].items()}}
+
+
+def verify_backends(spec: MixerSpec | str, device: torch.device | str = "cuda", *, env=None,
+                    backends: tuple[str, ...] = ("fla", "compiled", "torch"),
+                    dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.bfloat16),
+                    T: int = 64, B: int = 2, H: int = 2, K: int = 16, V: int = 16, seed: int = 0) -> list[PairResult]:
+    """Every backend of ``spec``'s auto form on ``device`` (mixers/kernels.py) against the float64 derivation
+    on CPU, in each of ``dtypes`` (``BACKEND_RTOL``), and a Mixer run by backend "fla" against the same
+    weights run by "torch" (``LAYER_RTOL``). A backend the spec's form does not have, or that FLA refuses
+    on this device (``fla_status``), is left out. ``env``: FLA's availability and kernels (mixers/kernels.py
+    FlaEnv; None: the machine's), so the path runs on CPU with FLA's naive references."""
+    from .layer import Mixer
+    from .lower import choose_backend, compilable, fla_kernel
+    from .presets import get_preset
+
+    spec = get_preset(spec) if isinstance(spec, str) else spec
+    label, device = spec.name or "custom", torch.device(device)
+    case = make_case(spec, B=B, T=T, H=H, K=K, V=V, seed=seed)
+    truth = run(derived(spec), case)
+    results = []
+    for dtype in dtypes:
+        for backend in backends:
+            if (backend == "compiled" and not compilable(spec)) or (backend == "fla" and fla_kernel(spec)[0] is None):
+                continue
+            try:
+                choose_backend(spec, backend=backend, device=device, dtype=dtype, env=env)
+            except ValueError:  # FLA refuses on this device: `assocmem derive` says why
+                continue
+            form = lower(spec, backend=backend, device=device, dtype=dtype, env=env)
+            tol = BACKEND_RTOL[(backend, dtype)]
+            extra = {"chunk_size": 16} if form.name == "chunk" else {}
+            pair = f"derived vs form:{form.name} [{backend}, {device.type}, {str(dtype).removeprefix('torch.')}]"
+            results.append(_result(label, pair, tol, lambda: max_abs_error(
+                truth, _to_cpu64(run(form.fn, on_device(case, device, dtype), extra=extra)), relative=True)))
+        if "fla" in backends and fla_kernel(spec)[0] is not None and not isinstance(spec.memory, (Spectral,
+                                                                                               NonParametric)):
+            results += _layer_pair(spec, label, device, dtype, env, Mixer, seed)
+    return results
+
+
+def _layer_pair(spec, label, device, dtype, env, mixer_cls, seed) -> list[PairResult]:
+    """The Mixer by backend "fla" against the same weights by "torch": output and input gradient."""
+    from .lower import choose_backend
+
+    try:
+        choose_backend(spec, backend="fla", device=device, dtype=dtype, env=env)
+    except ValueError:
+        return []
+    torch.manual_seed(seed)
+    d_model = 2 * spec.layer.num_heads * spec.layer.head_dim
+    ref = mixer_cls(spec, d_model).to(device)
+    fla = mixer_cls(spec, d_model).to(device)
+    fla.load_state_dict(ref.state_dict())
+    ref.set_backend("torch")
+    fla.set_backend("fla", env)
+    x = torch.randn(2, 48, d_model, generator=torch.Generator().manual_seed(seed)).to(device)
+
+    def measure() -> float:
+        outs = []
+        for m in (ref, fla):
+            xi = x.clone().requires_grad_(True)
+            with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
+                y, _ = m(xi)
+            g, = torch.autograd.grad(y.float().square().sum(), xi)
+            outs.append({"output": [y.detach().double().cpu()], "state": [], "grad": {"x": g.double().cpu()}})
+        return max_abs_error(outs[0], outs[1], relative=True)
+
+    pair = f"layer: backend fla vs torch [{device.type}, {str(dtype).removeprefix('torch.')}]"
+    return [_result(label, pair, LAYER_RTOL[dtype], measure)]

@@ -83,6 +83,9 @@ class HybridConfig(BaseModel):
         default_factory=dict,
         description="LayerOptions updates per layer name, e.g. {'attn': {'attention': {'num_kv_heads': 4}}}")
     form: str = Field("auto", description="form of every layer's op: 'auto' (fastest exact) or 'recurrent'")
+    backend: Literal["auto", "torch", "compiled", "fla"] | None = Field(
+        None, description="layer.backend of every named layer (the kernels that run its op, mixers/kernels.py: "
+        "auto, torch, compiled or fla); null: the preset's (auto); overrides[name] still win")
     forms: dict[str, str] = Field(
         default_factory=dict, description="form per layer name (or MixerSpec name), e.g. {'gdn': 'chunk'}")
     mlp_ratio: float = Field(4.0, ge=0, description="SwiGLU hidden = mlp_ratio · d_model; 0 = no MLP")
@@ -234,6 +237,8 @@ class HybridConfig(BaseModel):
         elif self.num_heads is not None or self.head_dim is not None:
             n = self.num_heads or self.d_model // self.head_dim
             update.update(num_heads=n, head_dim=self.d_model // n)
+        if self.backend is not None:
+            update["backend"] = self.backend
         update.update(self.overrides.get(name, {}))
         if not update:
             return spec

@@ -279,8 +279,13 @@ class TrainLoopConfig(_Strict):
     deterministic: bool = Field(True, description="torch.use_deterministic_algorithms(True)")
     compile: bool = Field(
         False, description="torch.compile the model's decoder (nn.Module.compile: parameters and checkpoints "
-        "unchanged) before training; the first steps compile (minutes on a small CPU). For the mixers' chunk "
-        "forms alone, set the layer option compile instead (mixers/ops/compiled.py)")
+        "unchanged) before training; the first steps compile (minutes on a small CPU). It wraps whatever "
+        "train.backend runs inside the mixers; for the mixers' chunk forms alone, set train.backend: compiled")
+    backend: Literal["auto", "torch", "compiled", "fla"] | None = Field(
+        None, description="the kernel backend of every recurrent mixer (mixers/kernels.py; null: each layer's "
+        "layer.backend, default auto = FLA's Triton kernel on CUDA where FLA takes the call, else the compiled "
+        "form; the eager form on CPU). Checked on the run's device and precision before the first step: "
+        "backend fla that FLA would refuse stops the run there, naming the layer, the reason and the fix")
     grad_transforms: list[GradTransformConfig] = Field(
         default_factory=list, description="gradient transforms applied in order after backward (and the DDP "
         "all-reduce), before clipping and the optimizer step: fgp | pfft | fgp_adaptive | grokfast_ema "

@@ -32,8 +32,10 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from assocmem.mixers.layer import check_backend, set_backend
+
 from . import checkpoint as ckpt
-from .config import TrainConfig
+from .config import ConfigError, TrainConfig, TrainLoopConfig
 from .data import build_datasets, data_eos_id, data_tokenizer, save_tokenizer
 from .distributed import (DistInfo, all_gather_object, all_reduce_sum, barrier, broadcast_object, init_distributed,
                           rank_slice, shutdown)
@@ -83,6 +85,17 @@ def _micro_batches(rows: np.ndarray, micro: int) -> list[np.ndarray]:
     return [rows[i:i + micro] for i in range(0, len(rows), micro)]
 
 
+def set_mixer_backend(model: nn.Module, train: TrainLoopConfig, device: torch.device) -> None:
+    """train.backend on every recurrent mixer of ``model`` (if given), each lowered now for ``device`` and
+    train.precision: a backend FLA would refuse raises ConfigError (layer, reason, fix) before training."""
+    if train.backend is not None:
+        set_backend(model, train.backend)
+    try:
+        check_backend(model, device, torch.bfloat16 if train.precision == "bf16" else torch.float32)
+    except ValueError as err:
+        raise ConfigError(f"train.backend: {err}") from None
+
+
 class Trainer:
     """State of one run; ``run()`` trains from the current step to the end."""
 
@@ -92,6 +105,7 @@ class Trainer:
         self.train_ds, self.eval_ds, vocab = build_datasets(cfg.data)
         seed_everything(cfg.seed)
         self.model = self.build_model(vocab).to(info.device).train()
+        set_mixer_backend(self.model, cfg.train, info.device)  # refused here, before the run folder and any step
         self.tokenizer = data_tokenizer(cfg.data)  # saved beside the final model (None: synthetic ids)
         set_end_token(self.model, data_eos_id(cfg.data, self.tokenizer))
         self.total_steps = cfg.train.total_steps(len(self.train_ds))
