@@ -121,10 +121,9 @@ def recurrent_spectral(q, k, v, *, beta, theta, weights, scale=None, den_floor=1
     Shapes as in the module docstring. Returns (o [B, T, H, D, 2], state or None).
     """
     B, T, H, D, M = _check_inputs(q, k, v, beta, theta, weights, initial_state)
-    acc = compute_dtype(q, k, v, beta, theta, weights, initial_state)
     scale = D ** -0.5 if scale is None else scale
-    qa, ka, va, pa, th, w = (x.to(acc) for x in (q, k, v, beta, theta, weights))
-    den, num = _initial(initial_state, B, H, D, M, acc, q.device)
+    qa, ka, va, pa, th, w, initial_state = _in_compute_dtype(q, k, v, beta, theta, weights, initial_state)
+    den, num = _initial(initial_state, B, H, D, M, qa.dtype, q.device)
     outs = []
     for t in range(T):
         # 1. contribution c_t = p_t v_t e^{iφ_t}, φ_t = u_t θ          [B, H, D, M, 2]
@@ -171,12 +170,17 @@ def _masked_matmul_running_state(k, v, beta, theta, initial_state):
     return den_t, num_t
 
 
+def _in_compute_dtype(q, k, v, beta, theta, weights, initial_state):
+    """Every input cast to the compute dtype of them all (contract.py)."""
+    acc = compute_dtype(q, k, v, beta, theta, weights, initial_state)
+    state = None if initial_state is None else tuple(t.to(acc) for t in initial_state)
+    return (*(x.to(acc) for x in (q, k, v, beta, theta, weights)), state)
+
+
 def _parallel_readout(q, den_t, num_t, weights, scale, den_floor, output_final_state, out_dtype):
     D = q.shape[3]
     scale = D ** -0.5 if scale is None else scale
-    acc = compute_dtype(q, weights, den_t)
-    den_t, num_t = den_t.to(acc), num_t.to(acc)
-    o = spectral_read(den_t, num_t, q.to(acc), weights.to(acc), scale, den_floor)
+    o = spectral_read(den_t, num_t, q, weights, scale, den_floor)
     state = (den_t[:, -1], num_t[:, -1]) if output_final_state else None
     return o.to(out_dtype), state
 
@@ -189,17 +193,19 @@ def prefix_sum_spectral(q, k, v, *, beta, theta, weights, scale=None, den_floor=
     compile: steps 4-5 as one torch.compile'd graph (``compiled.py``; the time axis dynamic).
     """
     _check_inputs(q, k, v, beta, theta, weights, initial_state)
+    out_dtype = v.dtype
+    q, k, v, beta, theta, weights, initial_state = _in_compute_dtype(q, k, v, beta, theta, weights, initial_state)
     if compile:
         mark_time_dynamic(q, k, v, beta)
         return compiled(_prefix_sum)(q, k, v, beta, theta, weights, scale, den_floor, initial_state,
-                                     output_final_state)
-    return _prefix_sum(q, k, v, beta, theta, weights, scale, den_floor, initial_state, output_final_state)
+                                     output_final_state, out_dtype)
+    return _prefix_sum(q, k, v, beta, theta, weights, scale, den_floor, initial_state, output_final_state, out_dtype)
 
 
-def _prefix_sum(q, k, v, beta, theta, weights, scale, den_floor, initial_state, output_final_state):
-    """Steps 4-5 of ``prefix_sum_spectral`` on checked inputs."""
+def _prefix_sum(q, k, v, beta, theta, weights, scale, den_floor, initial_state, output_final_state, out_dtype):
+    """Steps 4-5 of ``prefix_sum_spectral`` on checked inputs in the compute dtype."""
     den_t, num_t = spectral_running_state(k, v, beta=beta, theta=theta, initial_state=initial_state)
-    return _parallel_readout(q, den_t, num_t, weights, scale, den_floor, output_final_state, v.dtype)
+    return _parallel_readout(q, den_t, num_t, weights, scale, den_floor, output_final_state, out_dtype)
 
 
 def masked_matmul_spectral(q, k, v, *, beta, theta, weights, scale=None, den_floor=1e-4,
@@ -209,5 +215,7 @@ def masked_matmul_spectral(q, k, v, *, beta, theta, weights, scale=None, den_flo
     Shapes as in the module docstring. Returns (o [B, T, H, D, 2], state or None).
     """
     _check_inputs(q, k, v, beta, theta, weights, initial_state)
+    out_dtype = v.dtype
+    q, k, v, beta, theta, weights, initial_state = _in_compute_dtype(q, k, v, beta, theta, weights, initial_state)
     den_t, num_t = _masked_matmul_running_state(k, v, beta, theta, initial_state)
-    return _parallel_readout(q, den_t, num_t, weights, scale, den_floor, output_final_state, v.dtype)
+    return _parallel_readout(q, den_t, num_t, weights, scale, den_floor, output_final_state, out_dtype)
