@@ -58,7 +58,8 @@ def chunk_approx_scan(spec, q, k, v, *, log_alpha=None, beta=None, eta=None, sca
     out_dtype, cd = v.dtype, compute_dtype(q, k, v, log_alpha, beta, eta, initial_state)
     q, k, v, log_alpha, beta, eta = (None if x is None else x.to(cd) for x in (q, k, v, log_alpha, beta, eta))
     if initial_state is not None:
-        initial_state = initial_state.to(cd) if torch.is_tensor(initial_state) else tuple(s.to(cd) for s in initial_state)
+        initial_state = (initial_state.to(cd) if torch.is_tensor(initial_state)
+                         else tuple(s.to(cd) for s in initial_state))
     B, T, H, K = q.shape
     V = v.shape[-1]
     scale = K ** -0.5 if scale is None else scale

@@ -349,7 +349,8 @@ def test_bad_shapes_and_dtypes(fn):
         (dict(k=torch.complex(x["k"], x["k"])), TypeError,
          r"k \[B, T, H, K\] must have a floating dtype \(float16, bfloat16, float32 or float64.*got torch.complex128"),
         (dict(beta=x["beta"].bool()), TypeError, r"beta \[B, T, H\] must have a floating dtype"),
-        (dict(initial_state=x["initial_state"].long()), TypeError, r"initial_state \[B, H, K, V\] must have a floating"),
+        (dict(initial_state=x["initial_state"].long()), TypeError,
+         r"initial_state \[B, H, K, V\] must have a floating"),
         (dict(scale="big"), TypeError, "scale must be a number"),
     ]
     for change, err, msg in cases:

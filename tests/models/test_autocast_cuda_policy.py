@@ -120,6 +120,18 @@ def test_packed_documents(layers, policy):
     train_step(tiny(layers), policy, ids(VOCAB, 1, 31), cu_seqlens=cu)
 
 
+@pytest.mark.usefixtures("one_thread")
+@pytest.mark.parametrize("layers", ["gated_deltanet,attn", "sca,attn"])
+def test_left_padded_decode(layers, policy):
+    """Prefill of a left-padded batch, then decode steps: the caches written under the policy are read back."""
+    model = tiny(layers).eval()
+    mask = torch.ones(B, 8, dtype=torch.long)
+    mask[0, :3] = 0
+    with torch.no_grad(), policy():
+        out = model.generate(ids(VOCAB, length=8), attention_mask=mask, max_new_tokens=3, do_sample=False)
+    assert out.shape == (B, 11)
+
+
 def test_the_policy_reproduces_cudas_casts(cuda_autocast):
     """Linears in bf16, norms and reductions in float32, elementwise ops as called; autocast off: as called."""
     x = torch.randn(2, 4)
