@@ -1,9 +1,18 @@
-"""Which gates a spec takes, and call-time validation of op inputs.
+"""Which gates a spec takes, call-time validation of op inputs, and the compute dtype of an op.
 
 Errors name the argument, what was given and what is allowed.
+
+The dtype rule of every op (the derived step here, every functional op in mixers/ops, whose
+contract.py states it for the op families): the inputs may come in different float dtypes (as
+``torch.autocast`` on CUDA hands them over: q, k float32 after a norm, v bfloat16 after a linear or
+a convolution, gates either). The op computes in ONE dtype, ``compute_dtype``: the promotion of all
+its float inputs (``torch.promote_types``), raised to float32 when it is a half type (bf16/fp16) and
+the op accumulates a state. Each input is cast to it once, at the op's entry. Integer, bool and
+complex inputs are refused (``check_float``), naming the argument.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Literal
 
@@ -35,13 +44,51 @@ def gate_needs(spec) -> GateNeeds:
                      removal_key=isinstance(spec.bias, RemoveReplace))
 
 
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)  # what an op accepts
+HALF_DTYPES = (torch.float16, torch.bfloat16)
+ACCEPTED = "float16, bfloat16, float32 or float64"
+
+
+def _tensors(xs) -> list[torch.Tensor]:
+    """The tensors among xs (None skipped; tuples and lists, e.g. a state pytree, opened)."""
+    out = []
+    for x in xs:
+        if isinstance(x, (tuple, list)):
+            out.extend(_tensors(x))
+        elif torch.is_tensor(x):
+            out.append(x)
+    return out
+
+
+def compute_dtype(*xs, accumulate: bool = True) -> torch.dtype:
+    """The dtype an op computes in, from its float inputs ``xs`` (tensors, None, or tuples of tensors):
+    their promotion, raised to float32 when it is bf16/fp16 and ``accumulate`` (the op sums a state).
+
+    {float32, bfloat16} -> float32; {bfloat16} -> float32 (bfloat16 with accumulate=False);
+    {float64, float32} -> float64."""
+    dtypes = [t.dtype for t in _tensors(xs) if t.dtype in FLOAT_DTYPES]
+    if not dtypes:
+        raise TypeError("compute_dtype: no float tensor among the inputs")
+    dtype = functools.reduce(torch.promote_types, dtypes)
+    return torch.float32 if accumulate and dtype in HALF_DTYPES else dtype
+
+
+def check_float(name: str, x, layout: str = "", *, fn: str = "") -> None:
+    """Refuse a non-tensor or a tensor of a dtype other than float16/bfloat16/float32/float64 (integer,
+    bool, complex), naming the op ``fn`` (if given), the argument and its layout."""
+    where = f"{fn}: " if fn else ""
+    layout = f" {layout}" if layout else ""
+    if not torch.is_tensor(x):
+        raise TypeError(f"{where}{name} must be a torch.Tensor{layout}, got {type(x).__name__}")
+    if x.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"{where}{name}{layout} must have a floating dtype ({ACCEPTED}; the arguments may "
+                        f"differ in dtype), got {x.dtype}")
+
+
 def _shape(name: str, t: torch.Tensor | None, want: tuple, allowed: str) -> None:
     if t is None:
         return
-    if not torch.is_tensor(t):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if not t.is_floating_point():
-        raise TypeError(f"{name} must be a floating-point tensor, got dtype {t.dtype}")
+    check_float(name, t)
     if tuple(t.shape) != tuple(want):
         raise ValueError(f"{name} has shape {tuple(t.shape)}; expected {allowed} = {tuple(want)}")
 
@@ -54,9 +101,7 @@ def _forbid(name: str, value, why: str) -> None:
 def check_inputs(needs: GateNeeds, q, k, v, *, log_alpha, beta, eta, theta, weights, initial_state,
                  removal_key=None) -> None:
     for name, t in (("q", q), ("k", k), ("v", v)):
-        if not torch.is_tensor(t) or not t.is_floating_point():
-            raise TypeError(f"{name} must be a floating-point torch.Tensor, got "
-                            f"{getattr(t, 'dtype', type(t).__name__)}")
+        check_float(name, t)
     if needs.spectral:
         if q.dim() != 6 or q.shape[-1] != 2:
             raise ValueError(f"q has shape {tuple(q.shape)}; a spectral memory expects [B, T, H, D, M, 2]")

@@ -8,7 +8,9 @@ with gradients from ``torch.func.grad``, vmapped over batch × heads and looped
 over time; the read-out o_t = f_{M_t}(scale·q_t) follows the write. No closed
 form is assumed, so the result is the semantic ground truth that every
 hand-written and fast form is checked against. It is slow by design and runs
-in the dtype of its inputs (``verify`` gives it float64).
+in the compute dtype of its inputs (``checks.compute_dtype``, the rule of every op: their
+promotion, bf16/fp16 raised to float32; ``verify`` gives it float64): o comes back in v's dtype,
+the state in the compute dtype.
 
 The returned RecurrentStep has the project's op contract:
 
@@ -29,7 +31,7 @@ from torch.func import grad, vmap
 
 from .algebra import AxesLike, algebra_class, check_axes, window_of
 from .bias import NadarayaWatson
-from .checks import GateNeeds, check_inputs, gate_needs
+from .checks import GateNeeds, check_inputs, compute_dtype, gate_needs
 from .describe import describe
 from .memory import NonParametric, Spectral, State
 from .bias import RemoveReplace
@@ -67,6 +69,13 @@ class RecurrentStep:
                  removal_key=None, scale=None, initial_state=None, output_final_state=False):
         check_inputs(self.needs, q, k, v, log_alpha=log_alpha, beta=beta, eta=eta, theta=theta,
                      weights=weights, initial_state=initial_state, removal_key=removal_key)
+        out_dtype, cd = v.dtype, compute_dtype(q, k, v, log_alpha, beta, eta, theta, weights, removal_key,
+                                               initial_state)
+        q, k, v, log_alpha, beta, eta, theta, weights, removal_key = (
+            None if x is None else x.to(cd) for x in (q, k, v, log_alpha, beta, eta, theta, weights, removal_key))
+        if initial_state is not None:
+            initial_state = initial_state.to(cd) if torch.is_tensor(initial_state) else \
+                tuple(s.to(cd) for s in initial_state)
         width = q.shape[3]  # K, or D for a spectral query [B, T, H, D, M, 2]
         scale = width ** -0.5 if scale is None else scale
         if isinstance(self.spec.memory, Spectral):
@@ -76,7 +85,7 @@ class RecurrentStep:
         else:
             o, S = _run_parametric(self.spec, self._token_fn(q, v), q, k, v, log_alpha, beta, eta, scale,
                                    initial_state, k if removal_key is None else removal_key)
-        return o, (S if output_final_state else None)
+        return o.to(out_dtype), (S if output_final_state else None)
 
     def _token_fn(self, q, v):
         """vmap(batch) ∘ vmap(heads) of one token's write + read; torch.compile'd for the scan form."""

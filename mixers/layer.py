@@ -280,10 +280,10 @@ class Mixer(nn.Module):
         form, step_form = self.lowered(x.device, _input_dtype(x), torch.is_grad_enabled())
         fn = step_form.fn if step else form.fn
         chunk = {"chunk_size": self.spec.layer.chunk_size} if form.name == "chunk" and not step else {}
-        with torch.autocast(x.device.type, enabled=False):  # the op computes in its inputs' dtypes (bf16 q/k/v,
-            o, memory = fn(q, k, v, **gates, scale=self.spec.layer.scale, **chunk,  # float32 gates, solves), as
-                           initial_state=None if state is None else state.memory,  # it does without autocast
-                           output_final_state=return_state)
+        with torch.autocast(x.device.type, enabled=False):  # the op computes in the compute dtype of its inputs
+            o, memory = fn(q, k, v, **gates, scale=self.spec.layer.scale, **chunk,  # (ops/contract.py; they may differ
+                           initial_state=None if state is None else state.memory,  # under autocast), as it does
+                           output_final_state=return_state)  # without autocast; o comes back in v's dtype
         y = self.o_proj(self._output(o, v, x).reshape(B, T, self.H * self.V))
         return y, (MixerState(memory, conv_state) if return_state else None)
 

@@ -24,6 +24,7 @@ exactly the outputs and states of the unpadded sequences.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import NamedTuple
 
 import torch
@@ -162,7 +163,7 @@ def run_mixer(mixer: MixerModule, x: torch.Tensor, *, state, mask: torch.Tensor 
         return mixer(x, state=state, return_state=return_state)
     B, T, _ = x.shape
     start, length = _runs(mask)
-    y = x.new_zeros(x.shape)
+    y = None  # allocated like the mixer's output (its dtype under autocast may differ from x's)
     pieces: list[tuple[torch.Tensor, object]] = []
     for (a, n) in sorted(set(zip(start.tolist(), length.tolist()))):
         rows = torch.nonzero((start == a) & (length == n)).flatten()
@@ -173,8 +174,11 @@ def run_mixer(mixer: MixerModule, x: torch.Tensor, *, state, mask: torch.Tensor 
             pieces.append((rows, select_rows(state, rows)))
             continue
         yg, sg = mixer(x[rows, a:a + n], state=None if state is None else select_rows(state, rows), return_state=True)
-        y[rows, a:a + n] = yg
+        if y is None:
+            y = yg.new_zeros((B, T) + tuple(yg.shape[2:]))
+        y[rows, a:a + n] = yg.to(y.dtype)
         pieces.append((rows, sg))
+    y = x.new_zeros(x.shape) if y is None else y
     return y, (merge_rows(pieces, B) if return_state else None)
 
 
@@ -218,13 +222,15 @@ def select_rows(state, rows: torch.Tensor):
 
 
 def merge_rows(pieces, B: int):
-    """One state of B rows from per-group states: pieces = [(rows [n], state of n rows)]."""
+    """One state of B rows from per-group states: pieces = [(rows [n], state of n rows)]. A leaf whose
+    groups differ in dtype (a carried state next to one computed under autocast) takes their promotion."""
     leaves = [state_tensors(s) for _, s in pieces]
     merged = []
     for i, leaf in enumerate(leaves[0]):
-        out = leaf.new_empty((B,) + tuple(leaf.shape[1:]))
+        dtype = functools.reduce(torch.promote_types, (group[i].dtype for group in leaves))
+        out = leaf.new_empty((B,) + tuple(leaf.shape[1:]), dtype=dtype)
         for (rows, _), group in zip(pieces, leaves):
-            out[rows] = group[i]
+            out[rows] = group[i].to(dtype)
         merged.append(out)
     it = iter(merged)
     return map_state(lambda _: next(it), pieces[0][1])

@@ -59,7 +59,7 @@ def gather(x: torch.Tensor, starts: torch.Tensor, length: int) -> torch.Tensor:
 def scatter(out: torch.Tensor, starts: torch.Tensor, length: int, y: torch.Tensor) -> None:
     """Write the batch y [n, length, ...] back at ``starts`` into out [1, total, ...]."""
     index = (starts[:, None] + torch.arange(length)).to(out.device)
-    out[0, index] = y
+    out[0, index] = y.to(out.dtype)
 
 
 def run_packed(call: Callable, x: torch.Tensor, cu_seqlens: torch.Tensor, *, state=None, return_state: bool = True):

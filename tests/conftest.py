@@ -19,3 +19,12 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture
+def cuda_autocast():
+    """``cuda_autocast_policy`` of tests/cuda_autocast.py: CUDA autocast's casts reproduced on CPU
+    (float32 norms and reductions, bf16 linears and convolutions). Use as ``with cuda_autocast():``."""
+    from cuda_autocast import cuda_autocast_policy
+
+    return cuda_autocast_policy

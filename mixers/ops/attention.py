@@ -18,6 +18,11 @@ GQA: query head h reads kv head h // (H // Hkv).
 the memory. A query always sees its own pair, so a padded query reads a finite
 value (which callers ignore) instead of NaN.
 
+Dtypes (contract.py): q, k, v and the cache may differ in float dtype; both forms compute in their
+promotion (``compute_dtype(..., accumulate=False)``: no state is summed, SDPA accumulates in float32
+itself, so all-bf16 input stays bf16), each input cast once at the entry. ``o`` is returned in v's
+dtype; the returned cache holds keys and values in the compute dtype.
+
 Two forms with the same signature:
     recurrent_softmax_attention  the recurrence, one token at a time (reference)
     sdpa_softmax_attention       one masked call of F.scaled_dot_product_attention
@@ -30,6 +35,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .contract import check_float, compute_dtype
 from .isolation import first_non_finite, keep_finite_prefix, spread_possible
 
 State = tuple[torch.Tensor, torch.Tensor]
@@ -40,13 +46,9 @@ __all__ = ["recurrent_softmax_attention", "sdpa_softmax_attention", "attention_m
 def _check(q, k, v, window, initial_state, key_mask) -> int:
     """Validate types and shapes; return N, the number of cached pairs."""
     for name, x in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(x, torch.Tensor) or not x.is_floating_point():
-            raise TypeError(f"{name} must be a floating torch.Tensor [B, T, H, D], got "
-                            f"{getattr(x, 'dtype', type(x).__name__)}")
+        check_float(name, x, "[B, T, H, D]")
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         raise ValueError(f"q, k, v must be [B, T, H, D]; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
-    if not q.dtype == k.dtype == v.dtype:
-        raise TypeError(f"q, k, v must share one dtype [B, T, H, D], got {q.dtype}, {k.dtype}, {v.dtype}")
     B, T, H, K = q.shape
     if k.shape[:2] != (B, T) or k.shape[3] != K or v.shape[:3] != k.shape[:3]:
         raise ValueError(f"k must be [B, T, Hkv, K] and v [B, T, Hkv, V] matching q {tuple(q.shape)}; "
@@ -59,6 +61,8 @@ def _check(q, k, v, window, initial_state, key_mask) -> int:
     N = 0
     if initial_state is not None:
         keys, values = initial_state
+        check_float("initial_state[0] (keys)", keys, "[B, Hkv, N, K]")
+        check_float("initial_state[1] (values)", values, "[B, Hkv, N, V]")
         if keys.shape[:2] != (B, k.shape[2]) or keys.shape[3] != K or values.shape[:3] != keys.shape[:3]:
             raise ValueError(f"initial_state must be (keys [B, Hkv, N, K], values [B, Hkv, N, V]) for "
                              f"B={B}, Hkv={k.shape[2]}, K={K}; got {tuple(keys.shape)}, {tuple(values.shape)}")
@@ -66,6 +70,13 @@ def _check(q, k, v, window, initial_state, key_mask) -> int:
     if key_mask is not None and tuple(key_mask.shape) != (B, N + T):
         raise ValueError(f"key_mask must be [B, N + T] = [{B}, {N + T}], got {tuple(key_mask.shape)}")
     return N
+
+
+def _in_compute_dtype(q, k, v, initial_state):
+    """q, k, v and the cache cast to their compute dtype (contract.py; no raise of half types)."""
+    cd = compute_dtype(q, k, v, initial_state, accumulate=False)
+    cache = None if initial_state is None else tuple(t.to(cd) for t in initial_state)
+    return q.to(cd), k.to(cd), v.to(cd), cache
 
 
 HEADROOM = 256  # minimum number of spare slots allocated when a cache buffer grows
@@ -160,6 +171,8 @@ def recurrent_softmax_attention(q, k, v, *, scale=None, window=None, initial_sta
     Returns (o [B, T, H, V], state or None).
     """
     N = _check(q, k, v, window, initial_state, key_mask)
+    out_dtype = v.dtype
+    q, k, v, initial_state = _in_compute_dtype(q, k, v, initial_state)
     B, T, H, K = q.shape
     rep = H // k.shape[2]
     scale = K ** -0.5 if scale is None else scale
@@ -177,7 +190,7 @@ def recurrent_softmax_attention(q, k, v, *, scale=None, window=None, initial_sta
         s = s.masked_fill(~mask[:, None, :], float("-inf"))
         p = torch.softmax(s, dim=-1)                      # 4. Nadaraya–Watson weights
         outs.append(torch.einsum("bhn,bhnv->bhv", p, vt))  # 5. weighted mean of the values
-    o = torch.stack(outs, dim=1)  # [B, T, H, V]
+    o = torch.stack(outs, dim=1).to(out_dtype)  # [B, T, H, V]
     return o, _final(keys, values, window, output_final_state)
 
 
@@ -190,6 +203,8 @@ def sdpa_softmax_attention(q, k, v, *, scale=None, window=None, initial_state=No
     o_{<p} (``isolation.py``). Returns (o [B, T, H, V], state or None).
     """
     N = _check(q, k, v, window, initial_state, key_mask)
+    out_dtype = v.dtype
+    q, k, v, initial_state = _in_compute_dtype(q, k, v, initial_state)
     B, T, H, K = q.shape
     rep = H // k.shape[2]
     keys, values = _concat(k, v, initial_state)  # [B, Hkv, N + T, D]
@@ -208,4 +223,4 @@ def sdpa_softmax_attention(q, k, v, *, scale=None, window=None, initial_state=No
         o = keep_finite_prefix(o, p, lambda p: sdpa_softmax_attention(
             q[:, :p], k[:, :p], v[:, :p], scale=scale, window=window, initial_state=initial_state,
             key_mask=None if key_mask is None else key_mask[:, :N + p])[0])
-    return o, _final(keys, values, window, output_final_state)
+    return o.to(out_dtype), _final(keys, values, window, output_final_state)

@@ -10,7 +10,8 @@ taken at the chunk-start state S_c instead of the running state:
     o_τ = f_{S_τ}(scale·q_τ)
 
 With C = 1 it is the exact derived recurrence. ``lower`` never picks it by
-default; ask for form="chunk_approx" explicitly.
+default; ask for form="chunk_approx" explicitly. Dtypes as every op (contract.py): the inputs
+compute in their promotion with bf16/fp16 raised to float32, o comes back in v's dtype.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import torch
 from torch.func import grad, vmap
 
 from assocmem.memories import GD, KL, L1, Momentum, RemoveReplace, RetainThenGD
-from assocmem.memories.checks import check_inputs, gate_needs
+from assocmem.memories.checks import check_inputs, compute_dtype, gate_needs
 
 
 def _check_supported(spec) -> None:
@@ -54,6 +55,11 @@ def chunk_approx_scan(spec, q, k, v, *, log_alpha=None, beta=None, eta=None, sca
                  weights=None, initial_state=initial_state)
     if chunk_size <= 0:
         raise ValueError(f"chunk_size must be a positive integer, got {chunk_size}")
+    out_dtype, cd = v.dtype, compute_dtype(q, k, v, log_alpha, beta, eta, initial_state)
+    q, k, v, log_alpha, beta, eta = (None if x is None else x.to(cd) for x in (q, k, v, log_alpha, beta, eta))
+    if initial_state is not None:
+        initial_state = (initial_state.to(cd) if torch.is_tensor(initial_state)
+                         else tuple(s.to(cd) for s in initial_state))
     B, T, H, K = q.shape
     V = v.shape[-1]
     scale = K ** -0.5 if scale is None else scale
@@ -86,7 +92,7 @@ def chunk_approx_scan(spec, q, k, v, *, log_alpha=None, beta=None, eta=None, sca
                 step = moms
             state = tuple(s + d for s, d in zip(kept, step))
             outs.append(read(state, scale * q[:, t]))
-    o = torch.stack(outs, dim=1)
+    o = torch.stack(outs, dim=1).to(out_dtype)
     final = state + moms
     return o, ((final[0] if len(final) == 1 else final) if output_final_state else None)
 

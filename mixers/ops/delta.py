@@ -38,9 +38,9 @@ Forms, one contract (checked by contract.py):
 * ``recurrent_*`` loop over time, numbered steps following the equations above.
 * ``chunk_*`` use the WY/UT representation (``delta_chunk.py``).
 
-Precision: bf16/fp16 inputs are computed and the state accumulated in float32;
-``o`` is returned in the input dtype and the final state in float32. float32
-and float64 compute in their own dtype. Gates are cast to the compute dtype.
+Dtypes (contract.py): the inputs may differ in float dtype; all are cast once to the compute
+dtype, their promotion with bf16/fp16 raised to float32 (so the state accumulates in float32 at
+least). ``o`` is returned in v's dtype, the final state in the compute dtype.
 """
 from __future__ import annotations
 
@@ -130,11 +130,11 @@ def recurrent_delta_rule(q, k, v, *, log_alpha=None, beta=None, scale=None,
     """DeltaNet (log_alpha None) or Gated DeltaNet (log_alpha [B, T, H]), token by token.
 
     S_t = α_t (I − β_t k_t k_tᵀ) S_{t−1} + β_t k_t v_tᵀ,  o_t = S_tᵀ (scale · q_t).
-    Shapes as in the module docstring. Returns o [B, T, H, V] (dtype of q) and
+    Shapes as in the module docstring. Returns o [B, T, H, V] (dtype of v) and
     S [B, H, K, V] if output_final_state else None.
     """
     x = _prepare("recurrent_delta_rule", q, k, v, log_alpha, beta, scale, initial_state, per_key=False)
-    return _finish(*_delta_recurrence(x, joint=False), q.dtype, output_final_state)
+    return _finish(*_delta_recurrence(x, joint=False), v.dtype, output_final_state)
 
 
 def recurrent_longhorn(q, k, v, *, log_alpha=None, beta=None, scale=None,
@@ -144,7 +144,7 @@ def recurrent_longhorn(q, k, v, *, log_alpha=None, beta=None, scale=None,
     With log_alpha [B, T, H] the state is decayed first (retain, then the implicit step).
     """
     x = _prepare("recurrent_longhorn", q, k, v, log_alpha, beta, scale, initial_state, per_key=False)
-    return _finish(*_delta_recurrence(_longhorn_step_size(x), joint=False), q.dtype, output_final_state)
+    return _finish(*_delta_recurrence(_longhorn_step_size(x), joint=False), v.dtype, output_final_state)
 
 
 def recurrent_delta_rule_joint(q, k, v, *, log_alpha=None, beta=None, scale=None,
@@ -154,7 +154,7 @@ def recurrent_delta_rule_joint(q, k, v, *, log_alpha=None, beta=None, scale=None
     S_t = (diag(α_t) − β_t k_t k_tᵀ) S_{t−1} + β_t k_t v_tᵀ, log_alpha None, [B, T, H] or [B, T, H, K].
     """
     x = _prepare("recurrent_delta_rule_joint", q, k, v, log_alpha, beta, scale, initial_state, per_key=True)
-    return _finish(*_delta_recurrence(x, joint=True), q.dtype, output_final_state)
+    return _finish(*_delta_recurrence(x, joint=True), v.dtype, output_final_state)
 
 
 # --------------------------------------------------------------------------------------------
@@ -169,7 +169,7 @@ def chunk_delta_rule(q, k, v, *, log_alpha=None, beta=None, scale=None,
     """
     x = _prepare("chunk_delta_rule", q, k, v, log_alpha, beta, scale, initial_state, per_key=False)
     C = check_chunk_size("chunk_delta_rule", chunk_size, default_chunk_size(x.q.shape[-1]))
-    return _finish(*_isolated(lambda x: chunk_scalar_decay(x, C, compile=compile), x), q.dtype, output_final_state)
+    return _finish(*_isolated(lambda x: chunk_scalar_decay(x, C, compile=compile), x), v.dtype, output_final_state)
 
 
 def chunk_longhorn(q, k, v, *, log_alpha=None, beta=None, scale=None,
@@ -177,7 +177,7 @@ def chunk_longhorn(q, k, v, *, log_alpha=None, beta=None, scale=None,
     """Chunkwise Longhorn: ``chunk_delta_rule`` with ε_t = β_t / (1 + β_t ‖k_t‖²)."""
     x = _prepare("chunk_longhorn", q, k, v, log_alpha, beta, scale, initial_state, per_key=False)
     C = check_chunk_size("chunk_longhorn", chunk_size, default_chunk_size(x.q.shape[-1]))
-    return _finish(*_isolated(lambda x: chunk_scalar_decay(x, C, compile=compile), _longhorn_step_size(x)), q.dtype,
+    return _finish(*_isolated(lambda x: chunk_scalar_decay(x, C, compile=compile), _longhorn_step_size(x)), v.dtype,
                    output_final_state)
 
 
@@ -191,7 +191,7 @@ def chunk_delta_rule_joint(q, k, v, *, log_alpha=None, beta=None, scale=None,
     x = _prepare("chunk_delta_rule_joint", q, k, v, log_alpha, beta, scale, initial_state, per_key=True)
     C = check_chunk_size("chunk_delta_rule_joint", chunk_size, default_chunk_size(x.q.shape[-1]))
     form = chunk_key_decay if x.log_alpha is not None and x.log_alpha.dim() == 4 else chunk_scalar_decay
-    return _finish(*_isolated(lambda x: form(x, C, erase_reads_decayed=False, compile=compile), x), q.dtype,
+    return _finish(*_isolated(lambda x: form(x, C, erase_reads_decayed=False, compile=compile), x), v.dtype,
                    output_final_state)
 
 
@@ -206,7 +206,7 @@ def recurrent_kda(q, k, v, *, log_alpha=None, beta=None, scale=None,
     log_alpha: None, [B, T, H] (then exactly Gated DeltaNet) or [B, T, H, K].
     """
     x = _prepare("recurrent_kda", q, k, v, log_alpha, beta, scale, initial_state, per_key=True)
-    return _finish(*_delta_recurrence(x, joint=False), q.dtype, output_final_state)
+    return _finish(*_delta_recurrence(x, joint=False), v.dtype, output_final_state)
 
 
 def chunk_kda(q, k, v, *, log_alpha=None, beta=None, scale=None,
@@ -215,5 +215,5 @@ def chunk_kda(q, k, v, *, log_alpha=None, beta=None, scale=None,
     x = _prepare("chunk_kda", q, k, v, log_alpha, beta, scale, initial_state, per_key=True)
     C = check_chunk_size("chunk_kda", chunk_size, default_chunk_size(x.q.shape[-1]))
     form = chunk_key_decay if x.log_alpha is not None and x.log_alpha.dim() == 4 else chunk_scalar_decay
-    return _finish(*_isolated(lambda x: form(x, C, erase_reads_decayed=True, compile=compile), x), q.dtype,
+    return _finish(*_isolated(lambda x: form(x, C, erase_reads_decayed=True, compile=compile), x), v.dtype,
                    output_final_state)

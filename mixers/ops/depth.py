@@ -27,6 +27,9 @@ loops (K writes per token, numbered steps) that ``verify`` compares with both.
     o, S = recurrent_delta_steps(q, k, v, *, steps, implicit=False, log_alpha=None, beta=None, scale=None,
                                  initial_state=None, output_final_state=False)
     q, k: [B, T, H, K]; v: [B, T, H, V]; log_alpha: None, [B, T, H] or [B, T, H, K]; beta: None or [B, T, H]
+
+Dtypes as every op (contract.py): the compute dtype is the inputs' promotion with bf16/fp16 raised to
+float32; ``o`` is returned in v's dtype, the final state in the compute dtype.
 """
 from __future__ import annotations
 
@@ -89,7 +92,7 @@ def _unrolled(fn: str, write, q, k, v, log_alpha, beta, scale, initial_state, ou
         S = write(S, k_t, v_t, b_t)
         # 3. read after the writes: o_t = S_tᵀ (scale · q_t)
         outs.append(torch.einsum("bhkv,bhk->bhv", S, scale * q[:, t].to(cd)))
-    return torch.stack(outs, 1).to(q.dtype), (S if output_final_state else None)
+    return torch.stack(outs, 1).to(v.dtype), (S if output_final_state else None)
 
 
 def recurrent_delta_steps(q, k, v, *, steps: int, implicit: bool = False, log_alpha=None, beta=None,

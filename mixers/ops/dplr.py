@@ -22,13 +22,14 @@ is Table 2.1's RWKV-7, (diag(α_t) − β_t k_t k_tᵀ) M + β_t v_t k_tᵀ, the
 
 ``recurrent_dplr`` loops over time; ``chunk_dplr`` is the chunkwise form
 (``delta_chunk.chunk_low_rank``: the UT transform on the erase values, the carry on 2C writes).
-Precision as in ``delta.py``: half inputs compute in float32.
+Dtypes as every op (contract.py): inputs of different float dtypes compute in their promotion with
+bf16/fp16 raised to float32; ``o`` comes back in v's dtype, the final state in the compute dtype.
 """
 from __future__ import annotations
 
 import torch
 
-from .contract import check_chunk_size, check_matrix_inputs
+from .contract import FLOAT_DTYPES, check_chunk_size, check_matrix_inputs, compute_dtype
 from .delta_chunk import chunk_low_rank, default_chunk_size
 from .isolation import first_non_finite, keep_finite_prefix, spread_possible
 
@@ -38,8 +39,9 @@ __all__ = ["recurrent_dplr", "chunk_dplr"]
 def _per_key(fn: str, name: str, x, B: int, T: int, H: int, K: int, scalar_ok: bool):
     if x is None:
         return None
-    if not isinstance(x, torch.Tensor) or not x.is_floating_point():
-        raise TypeError(f"{fn}: {name} must be None or a floating tensor, got {type(x).__name__}")
+    if not isinstance(x, torch.Tensor) or x.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"{fn}: {name} must be None or a floating tensor (float16, bfloat16, float32 or float64), "
+                        f"got {getattr(x, 'dtype', type(x).__name__)}")
     allowed = [(B, T, H, K)] + ([(B, T, H)] if scalar_ok else [])
     if tuple(x.shape) not in allowed:
         names = "[B, T, H, K]" + (" or [B, T, H]" if scalar_ok else "")
@@ -49,11 +51,13 @@ def _per_key(fn: str, name: str, x, B: int, T: int, H: int, K: int, scalar_ok: b
 
 
 def _prepare(fn: str, q, k, v, removal_key, log_alpha, beta, scale, initial_state):
-    """Validate; return q, k, v, κ, log α, β [B, T, H, K] each (filled in), the state and the scale."""
-    cd = check_matrix_inputs(fn, q, k, v, log_alpha, None, scale, initial_state, per_key=True)
+    """Validate; return q, k, v, κ, log α, β [B, T, H, K] each (filled in, in the compute dtype), the state
+    and the scale."""
+    check_matrix_inputs(fn, q, k, v, log_alpha, None, scale, initial_state, per_key=True)
     B, T, H, K = q.shape
     beta = _per_key(fn, "beta", beta, B, T, H, K, scalar_ok=True)
     kappa = _per_key(fn, "removal_key", removal_key, B, T, H, K, scalar_ok=False)
+    cd = compute_dtype(q, k, v, log_alpha, beta, kappa, initial_state)
     la = _per_key(fn, "log_alpha", log_alpha, B, T, H, K, scalar_ok=True)
     c = lambda x, fill: (q.new_full((B, T, H, K), fill, dtype=cd) if x is None else x.to(cd))  # noqa: E731
     state = q.new_zeros(B, H, K, v.shape[-1], dtype=cd) if initial_state is None else initial_state.to(cd)
@@ -64,7 +68,7 @@ def _prepare(fn: str, q, k, v, removal_key, log_alpha, beta, scale, initial_stat
 def recurrent_dplr(q, k, v, *, removal_key=None, log_alpha=None, beta=None, scale=None,
                    initial_state=None, output_final_state=False):
     """The diagonal-plus-low-rank recurrence token by token (module docstring)."""
-    dtype = q.dtype
+    dtype = v.dtype
     q, k, v, kappa, la, beta, S, scale = _prepare("recurrent_dplr", q, k, v, removal_key, log_alpha, beta, scale,
                                                   initial_state)
     outs = []
@@ -90,7 +94,7 @@ def chunk_dplr(q, k, v, *, removal_key=None, log_alpha=None, beta=None, scale=No
     (``isolation.py``); an empty batch (B = 0) gives empty outputs. compile: the same groups fused by
     torch.compile (``compiled.py``).
     """
-    dtype = q.dtype
+    dtype = v.dtype
     q, k, v, kappa, la, beta, S0, scale = _prepare("chunk_dplr", q, k, v, removal_key, log_alpha, beta, scale,
                                                    initial_state)
     C = check_chunk_size("chunk_dplr", chunk_size, default_chunk_size(q.shape[-1]))

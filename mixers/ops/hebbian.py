@@ -55,9 +55,9 @@ the explicit path is then only safe while e^{Σ log α} over a chunk stays in ra
 The backward is autograd's, except for the chunk-to-chunk state carry, which has a
 hand-written reverse loop (``_CarryStates``; first-order gradients only).
 
-Precision: bf16/fp16 inputs are computed and the state accumulated in float32;
-``o`` is cast back to the input dtype and the final state is returned in
-float32. float32 and float64 compute in their own dtype.
+Dtypes (contract.py): the inputs may differ in float dtype; they compute in their promotion with
+bf16/fp16 raised to float32 (the state accumulates in float32 at least). ``o`` is returned in v's
+dtype, the final state in the compute dtype.
 """
 from __future__ import annotations
 
@@ -91,13 +91,13 @@ def recurrent_hebbian(q, k, v, *, log_alpha=None, beta=None, scale=None,
 
     q, k: [B, T, H, K]; v: [B, T, H, V]; log_alpha: None, [B, T, H] or [B, T, H, K];
     beta: None or [B, T, H]; initial_state: None or [B, H, K, V]; scale: K**-0.5 if None.
-    Returns o [B, T, H, V] (dtype of q) and S [B, H, K, V] if output_final_state else None.
+    Returns o [B, T, H, V] (dtype of v) and S [B, H, K, V] if output_final_state else None.
     """
     cd = check_matrix_inputs("recurrent_hebbian", q, k, v, log_alpha, beta, scale, initial_state, per_key=True)
     B, T, H, K = q.shape
     V = v.shape[-1]
     scale = K ** -0.5 if scale is None else scale
-    out_dtype = q.dtype
+    out_dtype = v.dtype
     S = q.new_zeros(B, H, K, V, dtype=cd) if initial_state is None else initial_state.to(cd)
     # per-token slices via unbind (one backward node per tensor, so the backward stays linear in T)
     steps = lambda x: x.to(cd).unbind(1) if x is not None else [None] * T  # noqa: E731
@@ -335,7 +335,7 @@ def chunk_hebbian(q, k, v, *, log_alpha=None, beta=None, scale=None,
     Numerics: module docstring. A non-finite input at position p never reaches o_{<p}
     (``isolation.py``). compile: every group through torch.compile (``compiled.py``; the explicit
     intra-chunk path always, no in-place intermediates), the same values to rounding.
-    Returns o [B, T, H, V] (dtype of q) and S [B, H, K, V] if output_final_state else None.
+    Returns o [B, T, H, V] (dtype of v) and S [B, H, K, V] if output_final_state else None.
     """
     cd = check_matrix_inputs("chunk_hebbian", q, k, v, log_alpha, beta, scale, initial_state, per_key=True)
     B, T, H, K = q.shape

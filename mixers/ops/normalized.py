@@ -10,6 +10,9 @@ scale cancels (up to ε); decay gates and β apply to Z_t as to M_t (a decayed, 
 
     o, S' = normalized(op)(q, k, v, **gates, initial_state=S' or None, output_final_state=...)
     v: [B, T, H, V] -> o: [B, T, H, V];  S': [B, H, K, V + 1]
+
+Dtypes as every op (contract.py): v' and the division are in the compute dtype of all the inputs
+(their promotion, bf16/fp16 raised to float32), o is returned in v's dtype.
 """
 from __future__ import annotations
 
@@ -17,6 +20,8 @@ import functools
 from typing import Callable
 
 import torch
+
+from .contract import compute_dtype
 
 __all__ = ["EPS", "normalized"]
 
@@ -28,10 +33,11 @@ def normalized(op: Callable) -> Callable:
 
     @functools.wraps(op)
     def fn(q, k, v, *, initial_state=None, output_final_state=False, **gates):
-        ones = v.new_ones(*v.shape[:3], 1)
-        o, S = op(q, k, torch.cat((v, ones), dim=-1), initial_state=initial_state,  # (B, T, H, V + 1)
+        cd = compute_dtype(q, k, v, initial_state, *gates.values())
+        ones = v.new_ones(*v.shape[:3], 1, dtype=cd)
+        o, S = op(q, k, torch.cat((v.to(cd), ones), dim=-1), initial_state=initial_state,  # (B, T, H, V + 1)
                   output_final_state=output_final_state, **gates)
-        return o[..., :-1] / (o[..., -1:] + EPS), S
+        return (o[..., :-1] / (o[..., -1:] + EPS)).to(v.dtype), S
 
     fn.normalized = True
     return fn

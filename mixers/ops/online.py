@@ -11,11 +11,15 @@ State S ∈ R^{K×V} (f_S(k) = Sᵀk; the papers' M = Sᵀ). Each step:
     3. write:   S_t = S' − β_t k_t g(e_t)ᵀ            (g from the bias)
     4. read:    o_t = S_tᵀ(scale·q_t)
 With ``steps: K`` (recurrent depth, thesis eq. 5.1) steps 2–3 run K times before the read.
+Dtypes as every op (contract.py, ``in_compute_dtype``): inputs of different float dtypes compute in their
+promotion with bf16/fp16 raised to float32; o comes back in v's dtype.
 """
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+
+from .contract import in_compute_dtype
 
 __all__ = ["recurrent_huber_delta", "recurrent_lp_delta", "recurrent_titans", "recurrent_ttt_linear",
            "recurrent_l1"]
@@ -44,6 +48,7 @@ def _error_driven(g, q, k, v, log_alpha, beta, scale, initial_state, output_fina
     return torch.stack(outs, 1), (S if output_final_state else None)
 
 
+@in_compute_dtype
 def recurrent_huber_delta(q, k, v, *, delta=1.0, steps=1, log_alpha=None, beta=None, scale=None,
                           initial_state=None, output_final_state=False):
     """Huber attentional bias (Yaad-style): g(e) = clamp(e, −δ, δ), coordinate-wise."""
@@ -51,6 +56,7 @@ def recurrent_huber_delta(q, k, v, *, delta=1.0, steps=1, log_alpha=None, beta=N
                          initial_state, output_final_state, steps)
 
 
+@in_compute_dtype
 def recurrent_lp_delta(q, k, v, *, p=3.0, clip=None, steps=1, log_alpha=None, beta=None, scale=None,
                        initial_state=None, output_final_state=False):
     """ℓp attentional bias (Moneta-style), ℓ = ‖e‖_p^p: g(e) = p·sign(e)|e|^{p−1}; with ``clip`` = c,
@@ -62,6 +68,7 @@ def recurrent_lp_delta(q, k, v, *, p=3.0, clip=None, steps=1, log_alpha=None, be
     return _error_driven(g, q, k, v, log_alpha, beta, scale, initial_state, output_final_state, steps)
 
 
+@in_compute_dtype
 def recurrent_l1(q, k, v, *, lam, bias="l2", steps=1, beta=None, scale=None, initial_state=None,
                  output_final_state=False):
     """ℓ1 retention R = λ‖S − S_{t−1}‖₁ by proximal gradient (ISTA), ℓ2 or dot-product bias:
@@ -84,6 +91,7 @@ def recurrent_l1(q, k, v, *, lam, bias="l2", steps=1, beta=None, scale=None, ini
     return torch.stack(outs, 1), (S if output_final_state else None)
 
 
+@in_compute_dtype
 def recurrent_titans(q, k, v, *, eta=None, momentum=0.9, log_alpha=None, beta=None, scale=None,
                      initial_state=None, output_final_state=False):
     """Titans' linear memory with momentum (Behrouz et al. 2024), S in [K, V] layout:
@@ -108,6 +116,7 @@ def recurrent_titans(q, k, v, *, eta=None, momentum=0.9, log_alpha=None, beta=No
     return torch.stack(outs, 1), ((S, m) if output_final_state else None)
 
 
+@in_compute_dtype
 def recurrent_ttt_linear(q, k, v, *, beta=None, scale=None, initial_state=None, output_final_state=False,
                          eps=1e-6):
     """TTT-Linear with per-token (online, mini-batch size 1) updates (Sun et al. 2024):

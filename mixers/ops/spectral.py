@@ -28,8 +28,9 @@ Forms: ``recurrent_spectral`` (the token loop, written from the equations),
 ``prefix_sum_spectral`` (``torch.cumsum`` over T) and ``masked_matmul_spectral``
 (an L×L lower-triangular ones matrix times the contributions; the Nautile
 config's ``use_square_matrix``, for short sequences: O(T²) time and memory).
-All three accumulate in float32 for float32/bfloat16/float16 inputs and in
-float64 for float64 inputs; ``o`` is returned in the dtype of ``q`` and the
+Dtypes as every op (contract.py): the inputs (q, k, v, beta, theta, weights, initial state) may differ
+in float dtype; all three forms accumulate in their promotion with bf16/fp16 raised to float32 (float32
+for float32/bf16 inputs, float64 once any input is float64); ``o`` is returned in v's dtype and the
 state in the accumulation dtype. All are differentiable by autograd.
 """
 from __future__ import annotations
@@ -38,6 +39,7 @@ import torch
 from torch import Tensor
 
 from .compiled import compiled, mark_time_dynamic
+from .contract import check_float, compute_dtype
 
 __all__ = [
     "SpectralState",
@@ -52,15 +54,8 @@ __all__ = [
 SpectralState = tuple[Tensor, Tensor]  # (den [B, H], num [B, H, D, M, 2])
 
 
-def _accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
 def _expect(name: str, x: Tensor, shape: tuple[int, ...], layout: str) -> None:
-    if not torch.is_tensor(x):
-        raise TypeError(f"{name} must be a tensor of shape {layout}, got {type(x).__name__}")
-    if not x.is_floating_point():
-        raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
+    check_float(name, x, layout)
     if tuple(x.shape) != shape:
         raise ValueError(f"{name} must have shape {layout} = {list(shape)}, got {list(x.shape)}")
 
@@ -126,10 +121,9 @@ def recurrent_spectral(q, k, v, *, beta, theta, weights, scale=None, den_floor=1
     Shapes as in the module docstring. Returns (o [B, T, H, D, 2], state or None).
     """
     B, T, H, D, M = _check_inputs(q, k, v, beta, theta, weights, initial_state)
-    acc = _accumulation_dtype(q.dtype)
     scale = D ** -0.5 if scale is None else scale
-    qa, ka, va, pa, th, w = (x.to(acc) for x in (q, k, v, beta, theta, weights))
-    den, num = _initial(initial_state, B, H, D, M, acc, q.device)
+    qa, ka, va, pa, th, w, initial_state = _in_compute_dtype(q, k, v, beta, theta, weights, initial_state)
+    den, num = _initial(initial_state, B, H, D, M, qa.dtype, q.device)
     outs = []
     for t in range(T):
         # 1. contribution c_t = p_t v_t e^{iφ_t}, φ_t = u_t θ          [B, H, D, M, 2]
@@ -139,7 +133,7 @@ def recurrent_spectral(q, k, v, *, beta, theta, weights, scale=None, den_floor=1
         num = num + c
         # 3. read after the write: o_t = scale Σ_m w S_t conj(q_t)    [B, H, D, 2]
         outs.append(spectral_read(den, num, qa[:, t], w, scale, den_floor))
-    o = torch.stack(outs, dim=1).to(q.dtype)  # [B, T, H, D, 2]
+    o = torch.stack(outs, dim=1).to(v.dtype)  # [B, T, H, D, 2]
     return o, ((den, num) if output_final_state else None)
 
 
@@ -147,9 +141,9 @@ def spectral_running_state(k, v, *, beta, theta, initial_state=None):
     """Running unnormalised sums for every t by ``torch.cumsum`` (causal by construction).
 
     k, v: [B, T, H, D]; beta: [B, T, H]; theta: [H, D, M]; initial_state as in the contract.
-    Returns (den_t [B, T, H], num_t [B, T, H, D, M, 2]) in the accumulation dtype.
+    Returns (den_t [B, T, H], num_t [B, T, H, D, M, 2]) in the accumulation dtype (``compute_dtype``).
     """
-    acc = _accumulation_dtype(k.dtype)
+    acc = compute_dtype(k, v, beta, theta, initial_state)
     p = beta.to(acc)
     c = spectral_contributions(k.to(acc), v.to(acc), p, theta.to(acc))  # [B, T, H, D, M, 2]
     den_t, num_t = p.cumsum(dim=1), c.cumsum(dim=1)
@@ -161,7 +155,7 @@ def spectral_running_state(k, v, *, beta, theta, initial_state=None):
 
 def _masked_matmul_running_state(k, v, beta, theta, initial_state):
     """As ``spectral_running_state``, with the prefix sums as one L×L causal-mask matmul."""
-    acc = _accumulation_dtype(k.dtype)
+    acc = compute_dtype(k, v, beta, theta, initial_state)
     B, T, H, D = k.shape
     M = theta.shape[-1]
     p = beta.to(acc)
@@ -176,12 +170,19 @@ def _masked_matmul_running_state(k, v, beta, theta, initial_state):
     return den_t, num_t
 
 
-def _parallel_readout(q, den_t, num_t, weights, scale, den_floor, output_final_state):
+def _in_compute_dtype(q, k, v, beta, theta, weights, initial_state):
+    """Every input cast to the compute dtype of them all (contract.py)."""
+    acc = compute_dtype(q, k, v, beta, theta, weights, initial_state)
+    state = None if initial_state is None else tuple(t.to(acc) for t in initial_state)
+    return (*(x.to(acc) for x in (q, k, v, beta, theta, weights)), state)
+
+
+def _parallel_readout(q, den_t, num_t, weights, scale, den_floor, output_final_state, out_dtype):
     D = q.shape[3]
     scale = D ** -0.5 if scale is None else scale
-    o = spectral_read(den_t, num_t, q.to(den_t.dtype), weights.to(den_t.dtype), scale, den_floor)
+    o = spectral_read(den_t, num_t, q, weights, scale, den_floor)
     state = (den_t[:, -1], num_t[:, -1]) if output_final_state else None
-    return o.to(q.dtype), state
+    return o.to(out_dtype), state
 
 
 def prefix_sum_spectral(q, k, v, *, beta, theta, weights, scale=None, den_floor=1e-4,
@@ -192,17 +193,19 @@ def prefix_sum_spectral(q, k, v, *, beta, theta, weights, scale=None, den_floor=
     compile: steps 4-5 as one torch.compile'd graph (``compiled.py``; the time axis dynamic).
     """
     _check_inputs(q, k, v, beta, theta, weights, initial_state)
+    out_dtype = v.dtype
+    q, k, v, beta, theta, weights, initial_state = _in_compute_dtype(q, k, v, beta, theta, weights, initial_state)
     if compile:
         mark_time_dynamic(q, k, v, beta)
         return compiled(_prefix_sum)(q, k, v, beta, theta, weights, scale, den_floor, initial_state,
-                                     output_final_state)
-    return _prefix_sum(q, k, v, beta, theta, weights, scale, den_floor, initial_state, output_final_state)
+                                     output_final_state, out_dtype)
+    return _prefix_sum(q, k, v, beta, theta, weights, scale, den_floor, initial_state, output_final_state, out_dtype)
 
 
-def _prefix_sum(q, k, v, beta, theta, weights, scale, den_floor, initial_state, output_final_state):
-    """Steps 4-5 of ``prefix_sum_spectral`` on checked inputs."""
+def _prefix_sum(q, k, v, beta, theta, weights, scale, den_floor, initial_state, output_final_state, out_dtype):
+    """Steps 4-5 of ``prefix_sum_spectral`` on checked inputs in the compute dtype."""
     den_t, num_t = spectral_running_state(k, v, beta=beta, theta=theta, initial_state=initial_state)
-    return _parallel_readout(q, den_t, num_t, weights, scale, den_floor, output_final_state)
+    return _parallel_readout(q, den_t, num_t, weights, scale, den_floor, output_final_state, out_dtype)
 
 
 def masked_matmul_spectral(q, k, v, *, beta, theta, weights, scale=None, den_floor=1e-4,
@@ -212,5 +215,7 @@ def masked_matmul_spectral(q, k, v, *, beta, theta, weights, scale=None, den_flo
     Shapes as in the module docstring. Returns (o [B, T, H, D, 2], state or None).
     """
     _check_inputs(q, k, v, beta, theta, weights, initial_state)
+    out_dtype = v.dtype
+    q, k, v, beta, theta, weights, initial_state = _in_compute_dtype(q, k, v, beta, theta, weights, initial_state)
     den_t, num_t = _masked_matmul_running_state(k, v, beta, theta, initial_state)
-    return _parallel_readout(q, den_t, num_t, weights, scale, den_floor, output_final_state)
+    return _parallel_readout(q, den_t, num_t, weights, scale, den_floor, output_final_state, out_dtype)

@@ -108,7 +108,7 @@ def test_call_time_errors_name_the_argument():
         step(q, k, v, beta=torch.rand(1, 4, 2, dtype=torch.float64))
     with pytest.raises(ValueError, match=r"log_alpha has shape \(1, 4, 2, 3\).*\[B, T, H\]"):
         step(q, k, v, log_alpha=-torch.rand(1, 4, 2, 3, dtype=torch.float64))
-    with pytest.raises(TypeError, match="q must be a floating-point"):
+    with pytest.raises(TypeError, match="q must have a floating dtype"):
         step(q.long(), k, v, log_alpha=-torch.rand(1, 4, 2, dtype=torch.float64))
     with pytest.raises(ValueError, match=r"v has shape"):
         step(q, k, v[:, :3], log_alpha=-torch.rand(1, 4, 2, dtype=torch.float64))

@@ -346,12 +346,18 @@ def test_bad_shapes_and_dtypes(fn):
         (dict(q=x["q"].long()), TypeError, r"q \[B, T, H, K\] must have a floating dtype"),
         (dict(v=x["v"].int()), TypeError, r"v \[B, T, H, V\] must have a floating dtype"),
         (dict(log_alpha=x["log_alpha"].long()), TypeError, "log_alpha must be None or a floating tensor"),
-        (dict(v=x["v"].float()), TypeError, "q, k, v must share one dtype"),
+        (dict(k=torch.complex(x["k"], x["k"])), TypeError,
+         r"k \[B, T, H, K\] must have a floating dtype \(float16, bfloat16, float32 or float64.*got torch.complex128"),
+        (dict(beta=x["beta"].bool()), TypeError, r"beta \[B, T, H\] must have a floating dtype"),
+        (dict(initial_state=x["initial_state"].long()), TypeError,
+         r"initial_state \[B, H, K, V\] must have a floating"),
         (dict(scale="big"), TypeError, "scale must be a number"),
     ]
     for change, err, msg in cases:
         with pytest.raises(err, match=msg):
             fn(**{**x, **change})
+    o, _ = fn(**{**x, "v": x["v"].float()})  # a float v of another dtype is accepted (contract.py's dtype rule)
+    assert o.dtype == torch.float32
     with pytest.raises(TypeError):
         fn(x["q"], x["k"], x["v"], x["log_alpha"])  # gates are keyword-only
 

@@ -179,7 +179,7 @@ def _bad(args, state, name):
     ("v_wrong_D", ValueError, "v must have shape"),
     ("beta_per_channel", ValueError, "beta must have shape"),
     ("theta_wrong_M", ValueError, "theta must have shape"),
-    ("weights_int", TypeError, "weights must be a floating-point tensor"),
+    ("weights_int", TypeError, "weights \\[H, D, M\\] must have a floating dtype"),
     ("state_wrong_num", ValueError, r"initial_state\[1\] \(num\) must have shape"),
     ("state_not_pair", TypeError, "initial_state must be a pair"),
 ])
