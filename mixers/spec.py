@@ -24,10 +24,6 @@ from assocmem.memories import (
     Spectral, Window, algebra_class, check_axes, sums_keys,
 )
 
-from .wiola.atm import ATMOptions
-from .wiola.gcla import GCLAOptions
-from .wiola.srpe import SRPEOptions
-
 MemoryField = Annotated[Matrix | Diagonal | MLP | NonParametric | Spectral, Field(discriminator="kind")]
 BiasField = Annotated[
     DotProduct | L2 | RemoveReplace | Lp | Huber | NadarayaWatson | CharacteristicFunction,
@@ -43,19 +39,11 @@ class AttentionOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # every float finite
 
     num_kv_heads: int | None = Field(None, gt=0, description="KV heads for GQA (None → num_heads)")
-    rope: bool | SRPEOptions = Field(
-        True, description="rotary map of q and k: true = RoPE, false = none, {kind: srpe, k_s, a_s, f_s} = Wiola's "
-        "spiral encoding SRPE (mixers/wiola/srpe.py; base rope_theta)")
+    rope: bool = Field(True, description="rotary map of q and k: true = RoPE, false = none (Wiola's SRPE: the "
+                       "block extension wiola_attention, models/extensions.py)")
     rope_theta: float = Field(10000.0, gt=0, description="RoPE base θ₀ (also SRPE's)")
     qk_norm: Literal["none", "rmsnorm"] = Field(
         "none", description="'rmsnorm': per-head RMSNorm on q and k before RoPE (QK-norm, eps = norm_eps)")
-    output_gate: bool = Field(False, description="sigmoid output gate o ⊙ σ(x W_gate) before W_o (Wiola eqs. 28–29)")
-    cross_layer: GCLAOptions | None = Field(
-        None, description="Wiola GCLA: blend with attention over summaries of the residual streams entering this "
-        "and the previous layer ({mode: as_written | causal}; mixers/wiola/gcla.py)")
-    token_merge: ATMOptions | None = Field(
-        None, description="Wiola ATM, in training mode only: merge adjacent tokens whose cosine exceeds tau "
-        "({mode: as_written | causal, tau}; mixers/wiola/atm.py)")
     bias: Literal["none", "qkv", "all"] = Field(
         "none", description="biases of the projections: none, q/k/v only (Qwen2), or q/k/v and output (Llama's "
         "and Qwen3's attention_bias=True)")
