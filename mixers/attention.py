@@ -37,7 +37,6 @@ from typing import Callable, NamedTuple
 import torch
 import torch.nn as nn
 
-from assocmem.memories.deprecation import moved, names_in
 
 from . import norm
 from .boundary import check_mixer_input
@@ -220,7 +219,3 @@ class Attention(nn.Module):
         if state is None:
             return None if mask is None else new
         return torch.cat([state.valid, new], dim=1)
-
-
-# ------------------------------------------------------------------ old paths (removed in 0.2.0)
-__getattr__ = moved(__name__, names_in("assocmem.mixers.norm", "RMSNorm", "rope_angles", "apply_rope"))

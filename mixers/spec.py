@@ -11,7 +11,6 @@ and JSON; every axis value is tagged by its ``kind``.
 """
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -62,47 +61,15 @@ class SCAOptions(BaseModel):
     maxlen: int = Field(2048, gt=0, description="boundary of the time weight d(t) = max(maxlen−1−t, 0)")
 
 
-# LayerOptions keys of the flat layout (before 0.2), read with a DeprecationWarning:
-# old key -> (sub-model, its key, value map)
-FLAT_KEYS = {
-    "num_kv_heads": ("attention", "num_kv_heads", None),
-    "rope": ("attention", "rope", None),
-    "rope_theta": ("attention", "rope_theta", None),
-    "qk_rmsnorm": ("attention", "qk_norm", lambda on: "rmsnorm" if on else "none"),
-    "sca_expand": ("sca", "expand", None),
-    "sca_out_expand": ("sca", "out_expand", None),
-    "sca_query_heads": ("sca", "query_heads", None),
-    "sca_maxlen": ("sca", "maxlen", None),
-}
-
-
-def nest_flat_keys(data: dict) -> dict:
-    """``data`` (LayerOptions fields) with the flat keys of ``FLAT_KEYS`` moved into their sub-models
-    (a flat key wins over the same key already nested), warning once per call that lists them."""
-    flat = [k for k in FLAT_KEYS if k in data]
-    if not flat:
-        return data
-    out = {k: v for k, v in data.items() if k not in FLAT_KEYS}
-    for key in flat:
-        sub, new, convert = FLAT_KEYS[key]
-        nested = dict(out.get(sub) or {})
-        nested[new] = data[key] if convert is None else convert(data[key])
-        out[sub] = nested
-    names = ", ".join(f"{k} -> {FLAT_KEYS[k][0]}.{FLAT_KEYS[k][1]}" for k in flat)
-    warnings.warn(f"LayerOptions: flat keys are deprecated and read until assocmem 0.2.0; use {names}",
-                  DeprecationWarning, stacklevel=4)
-    return out
-
-
 class LayerOptions(BaseModel):
     """How a mixer module turns x [B, T, d_model] into q, k, v and gates.
 
     The fields at the top are shared by the module kinds (heads, widths, convolution, norms);
     those of the recurrent Mixer (parametric memories) are the rest of the top level, and
     the options read by one other kind only sit in its sub-model: ``attention`` (softmax
-    attention) and ``sca`` (SeqCond attention). The flat keys of earlier releases
-    (``num_kv_heads``, ``rope``, ``rope_theta``, ``qk_rmsnorm``, ``sca_*``) are still read, with a
-    DeprecationWarning (``FLAT_KEYS``), so older configs and checkpoints load.
+    attention) and ``sca`` (SeqCond attention). A saved model whose config has the flat keys of
+    the earlier layout (``num_kv_heads``, ``qk_rmsnorm``, ``sca_*``, ...) is converted when it is
+    loaded (models/upgrade.py).
 
     The decay gate's parameterisation follows the retention axis:
     L2Decay(gate="scalar") → log α = −exp(A_log)·softplus(x W_a + dt_bias) (Mamba2/GDN);
@@ -165,11 +132,6 @@ class LayerOptions(BaseModel):
     attention: AttentionOptions = Field(default_factory=AttentionOptions, description="softmax attention only")
     sca: SCAOptions = Field(default_factory=SCAOptions, description="SCA only")
 
-    @model_validator(mode="before")
-    @classmethod
-    def _nest_flat_keys(cls, data):
-        return nest_flat_keys(data) if isinstance(data, dict) else data
-
     @model_validator(mode="after")
     def _heads(self) -> "LayerOptions":
         if self.num_qk_heads is not None and self.num_heads % self.num_qk_heads:
@@ -185,23 +147,6 @@ class LayerOptions(BaseModel):
     def qk_heads(self) -> int:
         """Heads of q and k (recurrent mixers): num_qk_heads, or num_heads."""
         return self.num_heads if self.num_qk_heads is None else self.num_qk_heads
-
-
-def _flat_attribute(key: str) -> property:
-    """Read access to a flat key of the old layout (``opts.num_kv_heads``), with a DeprecationWarning."""
-    sub, new, convert = FLAT_KEYS[key]
-
-    def get(self: LayerOptions):
-        warnings.warn(f"LayerOptions.{key} is deprecated (removed in assocmem 0.2.0); use .{sub}.{new}",
-                      DeprecationWarning, stacklevel=2)
-        value = getattr(getattr(self, sub), new)
-        return value == "rmsnorm" if key == "qk_rmsnorm" else value
-
-    return property(get, doc=f"Deprecated: ``{sub}.{new}``.")
-
-
-for _key in FLAT_KEYS:
-    setattr(LayerOptions, _key, _flat_attribute(_key))
 
 
 class MixerSpec(BaseModel):

@@ -1,8 +1,17 @@
 """Saved HybridConfigs of earlier layouts, converted when a model folder is loaded.
 
 ``AssocMemConfig`` passes the ``hybrid`` dict of every config it is built from (a config.json
-written by ``save_pretrained``) through ``upgrade_hybrid``; a current dict passes unchanged. The
-fields of the layout before block extensions (models/extensions.py) become extensions:
+written by ``save_pretrained``) through ``upgrade_hybrid``; a current dict passes unchanged. Only
+loading converts: a HybridConfig built in code or from YAML takes the current layout alone.
+
+The flat LayerOptions keys of the layout before its sub-models move into them, in every spec and
+override (a flat key wins over the same key given nested):
+
+    num_kv_heads, rope, rope_theta                     attention.num_kv_heads, .rope, .rope_theta
+    qk_rmsnorm: true | false                           attention.qk_norm: rmsnorm | none
+    sca_expand, sca_out_expand, sca_query_heads, sca_maxlen    sca.expand, .out_expand, .query_heads, .maxlen
+
+The fields of the layout before block extensions (models/extensions.py) become extensions:
 
     foh_layers: {i: {mode, seq_len}}                   {kind: foh, layers: [i], mode, seq_len}
     steer: {i: {kind, cutoff, mode, seq_len}}          {kind: steer, layers: [i], band: kind, cutoff, mode, seq_len}
@@ -23,6 +32,17 @@ from typing import Any
 from .config import expand_pattern
 
 WIOLA_ATTENTION = ("output_gate", "cross_layer", "token_merge")  # with rope: {kind: srpe}, the old spec fields
+# flat LayerOptions key -> (its sub-model, its key there, the value map)
+FLAT_KEYS = {
+    "num_kv_heads": ("attention", "num_kv_heads", None),
+    "rope": ("attention", "rope", None),
+    "rope_theta": ("attention", "rope_theta", None),
+    "qk_rmsnorm": ("attention", "qk_norm", lambda on: "rmsnorm" if on else "none"),
+    "sca_expand": ("sca", "expand", None),
+    "sca_out_expand": ("sca", "out_expand", None),
+    "sca_query_heads": ("sca", "query_heads", None),
+    "sca_maxlen": ("sca", "maxlen", None),
+}
 
 
 def upgrade_hybrid(data: dict[str, Any]) -> dict[str, Any]:
@@ -41,10 +61,22 @@ def upgrade_hybrid(data: dict[str, Any]) -> dict[str, Any]:
     for i, options in sorted((data.pop("steer", None) or {}).items(), key=lambda kv: int(kv[0])):
         options = dict(options)
         extensions.append({"kind": "steer", "layers": [int(i)], "band": options.pop("kind"), **options})
+    for layer, _, _ in _layer_options(data):
+        _nest_flat_keys(layer)
     extensions += _wiola_attention(data)
     if extensions:
         data["extensions"] = extensions
     return data
+
+
+def _nest_flat_keys(layer: dict | None) -> None:
+    """Move the FLAT_KEYS of a LayerOptions dict into their sub-models (in place)."""
+    if not isinstance(layer, dict):
+        return
+    for key in [k for k in FLAT_KEYS if k in layer]:
+        sub, new, convert = FLAT_KEYS[key]
+        value = layer.pop(key)
+        layer[sub] = {**(layer.get(sub) or {}), new: value if convert is None else convert(value)}
 
 
 def _wiola_attention(data: dict) -> list[dict]:

@@ -1,8 +1,9 @@
 """Model folders saved in the layout before block extensions load unchanged: the fixtures
 (tests/fixtures/old_hybrid, written by assocmem at 8b4863c with make_fixtures.py there) hold a
 config.json with foh_layers / steer / block_norm: wiola / mlp_kind: dsff / Wiola options in the
-attention specs, the weights, and the logits that version computed. Loading converts the config
-(models/upgrade.py) and reproduces those logits bit for bit."""
+attention specs (or the flat LayerOptions keys of an older layout), the weights, and the logits
+that version computed. Loading converts the config (models/upgrade.py) and reproduces those
+logits bit for bit."""
 import json
 from pathlib import Path
 
@@ -77,3 +78,12 @@ def test_wiola_options_inside_a_parallel_branch_are_refused_with_the_reason():
     old = {"d_model": 16, "vocab_size": 32, "layers": [{"name": "p", "branches": [branch, branch]}]}
     with pytest.raises(ValueError, match=r"layers\[0\]\.branches\[0\].*a block extension applies to whole layers"):
         upgrade_hybrid(old)
+
+
+@torch.no_grad()
+def test_a_saved_folder_with_the_flat_layer_keys_gives_the_saved_logits_bit_for_bit():
+    saved = load_file(str(FIXTURES / "flat_keys" / "logits.safetensors"))
+    model = AutoModelForCausalLM.from_pretrained(FIXTURES / "flat_keys").eval()
+    assert torch.equal(model(saved["ids"]).logits, saved["logits"])
+    assert model.config.hybrid["overrides"] == {
+        "attn": {"attention": {"num_kv_heads": 1, "qk_norm": "rmsnorm", "rope_theta": 500.0}}}
