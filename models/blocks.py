@@ -94,14 +94,17 @@ class Block(nn.Module):
                  norm: str = "rmsnorm", extensions: tuple[Extension, ...] = ()):
         super().__init__()
         self.layer_idx = layer_idx
-        hooks = ExtensionSlot(extensions, f"layer {layer_idx}")
-        self.mixer_norm = hooks.norm(d_model, norm_eps, default=lambda: build_norm(norm, d_model, norm_eps))
+        hooks = ExtensionSlot(extensions, f"layer {layer_idx}")  # the parts its extensions build instead
+
+        def new_norm() -> nn.Module:
+            return hooks.norm(d_model, norm_eps, default=lambda: build_norm(norm, d_model, norm_eps))
+
+        self.mixer_norm = new_norm()
         self.mixer = hooks.mixer(spec, d_model, form=form, layer_idx=layer_idx, default=lambda: build_layer(
             spec, d_model, form=form, layer_idx=layer_idx, run=run_mixer))
-        self.mlp = hooks.mlp(d_model, mlp_hidden, default=lambda: build_mlp(mlp_kind, mlp_hidden, d_model)) \
-            if mlp_hidden else None
-        self.mlp_norm = (hooks.norm(d_model, norm_eps, default=lambda: build_norm(norm, d_model, norm_eps))
-                         if self.mlp is not None else None)
+        self.mlp = (hooks.mlp(d_model, mlp_hidden, default=lambda: build_mlp(mlp_kind, mlp_hidden, d_model))
+                    if mlp_hidden else None)
+        self.mlp_norm = new_norm() if self.mlp is not None else None
         self.residual = hooks.residual()  # y = residual(x, h), or y = h
         self.reads_streams = getattr(self.mixer, "cross_layer_streams", 0)
 
