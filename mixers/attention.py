@@ -16,100 +16,85 @@ Biases: none (Llama's default), q/k/v only (Qwen2), or all four (``attention_bia
 in Llama and Qwen3); ``layer.attention.bias``.
 
 The rotary map rot is RoPE (Su et al. 2021, mixers/norm.py: pairs (i, i + K/2) of a head
-rotated by pos · θ^(−2i/K)), none, or Wiola's SRPE (mixers/wiola/srpe.py: the same rotation
-with (cos, sin) scaled by a radial factor and every frequency × (1 + 1/k_s)). QK-norm is a
-per-head RMSNorm on q and k before the rotation; GQA shares each kv head between H / Hkv
-query heads. The module masks padded keys itself (``masks_padding``): a padded batch needs no
-regrouping by models/blocks.py.
+rotated by pos · θ^(−2i/K)) or none. QK-norm is a per-head RMSNorm on q and k before the
+rotation; GQA shares each kv head between H / Hkv query heads. The module masks padded keys
+itself (``masks_padding``): a padded batch needs no regrouping by models/blocks.py.
 
-Options of the Wiola SLM (seed 002), each off by default (``AttentionOptions``):
-  output_gate   o ← σ(x W_gate) ⊙ o before W_o                                    (eqs. 28–29)
-  cross_layer   GCLA: o ← (1 − β) o + β · attention(q, summaries of the residual streams entering
-                this and the previous layer) (eqs. 20–27, mixers/wiola/gcla.py). The block passes
-                the streams (``cross_layer_streams`` of them, newest last). Mode ``as_written``
-                (mean over all T) refuses a cache; ``causal`` keeps running sums in the state.
-  token_merge   ATM, in training mode only (Algorithm 1, mixers/wiola/atm.py). ``as_written``:
-                adjacent tokens with cosine > τ are averaged before the projections, the second
-                token of each pair is masked like padding (positions count merged tokens), and
-                its output is copied from its pair's; ``causal``: keys and values of the pair
-                are averaged after the rotation, a merged slot visible once both its tokens are
-                in the past. A cache cannot be continued in training mode with ATM on.
+The steps are methods a subclass can build on (Wiola's attention, mixers/wiola/attention.py):
+``heads`` (projections, conv, QK-norm, rotary map via ``angles``), ``attend`` (the op over the
+cache, and the new state) and ``o_proj``.
 
 Decode state (``AttentionState``): the rotated keys and the values of every
 pair kept so far, which of them are real tokens (padding is masked out), the
 next position of each sequence (positions count real tokens only, so a
-left-padded row gets the same rotary angles as the unpadded sequence), the
-running sums of causal GCLA and the conv buffer (the last conv_size − 1 projections).
+left-padded row gets the same rotary angles as the unpadded sequence) and the conv buffer
+(the last conv_size − 1 projections).
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import torch
 import torch.nn as nn
 
-from assocmem.memories.deprecation import moved, names_in
 
 from . import norm
 from .boundary import check_mixer_input
 from .conv import ShortConv
 from .lower import FAMILIES
-from .wiola.atm import ATMOptions, causal_merged_attention, merge_starts, merge_tokens, unmerge
-from .wiola.gcla import AS_WRITTEN_NO_CACHE, ContextState, CrossLayerContext, GCLAOptions
-from .wiola.srpe import SRPEOptions, srpe_angles
 
 ATTENTION_FORMS = FAMILIES["softmax_attention"].ops  # form -> op, from the class table (lower.py)
-ATM_NO_CACHE = ("token merging (ATM) runs in training mode only and merges across the whole call; a cache "
-                "cannot be continued while it is on (Wiola §VIII-D: ATM is off at inference). Call model.eval() "
-                "to decode, or drop token_merge.")
 
 
 class AttentionState(NamedTuple):
     """KV cache of one attention layer.
 
     keys [B, Hkv, N, K] (after the rotary map), values [B, Hkv, N, V], valid [B, N] bool
-    (False = padding), pos [B] long (number of real tokens consumed), context: the running
-    sums of causal GCLA (``ContextState``: sums [B, Λ', d_model], count [B]) or None, conv: the
-    short conv's buffer [B, conv_size − 1, H·K + Hkv·(K + V)] or None.
+    (False = padding), pos [B] long (number of real tokens consumed), conv: the short conv's
+    buffer [B, conv_size − 1, H·K + Hkv·(K + V)] or None.
     """
 
     keys: torch.Tensor
     values: torch.Tensor
     valid: torch.Tensor
     pos: torch.Tensor
-    context: ContextState | None = None
     conv: torch.Tensor | None = None
 
 
+class Heads(NamedTuple):
+    """q [B, T, H, K], k [B, T, Hkv, K] (both after the rotary map), v [B, T, Hkv, V] of one call,
+    the next position of each row [B] and the short conv's new buffer (or None)."""
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    next_pos: torch.Tensor
+    conv: torch.Tensor | None
+
+
 class Attention(nn.Module):
-    """Multi-head causal softmax attention with a rotary map (RoPE or SRPE), GQA, optional QK-norm,
-    window, short convolution and the Wiola options (a ``MixerModule``, mixers/layer.py)."""
+    """Multi-head causal softmax attention with RoPE, GQA, optional QK-norm, window and short
+    convolution (a ``MixerModule``, mixers/layer.py)."""
 
     masks_padding = True  # forward takes mask [B, T] and masks padded keys itself
 
     def __init__(self, d_model: int, *, num_heads: int, head_dim: int, num_kv_heads: int | None = None,
-                 value_dim: int | None = None, rope: bool | SRPEOptions = True, rope_theta: float = 10000.0,
+                 value_dim: int | None = None, rope: bool = True, rope_theta: float = 10000.0,
                  qk_rmsnorm: bool = False, window: int | None = None, scale: float | None = None,
                  bias: str = "none", norm_eps: float = 1e-6, form: str = "sdpa", layer_idx: int | None = None,
-                 output_gate: bool = False, cross_layer: GCLAOptions | None = None,
-                 token_merge: ATMOptions | None = None, short_conv: bool = False, conv_size: int = 4):
+                 short_conv: bool = False, conv_size: int = 4):
         super().__init__()
         kv = num_heads if num_kv_heads is None else num_kv_heads
         if num_heads % kv:
             raise ValueError(f"num_heads ({num_heads}) must be a multiple of num_kv_heads ({kv})")
-        if rope is not False and head_dim % 2:
-            raise ValueError(f"a rotary map (RoPE/SRPE) needs an even head_dim, got {head_dim}")
+        if rope and head_dim % 2:
+            raise ValueError(f"a rotary map needs an even head_dim, got {head_dim}")
         if form not in ATTENTION_FORMS:
             raise ValueError(f"attention form {form!r} is not available; choose one of {sorted(ATTENTION_FORMS)}")
-        if token_merge is not None and window is not None:
-            raise ValueError("token_merge (ATM) with a sliding window is not supported; drop one of them")
-        if token_merge is not None and short_conv:
-            raise ValueError("token_merge (ATM) with short_conv is not supported (the conv would run over merged "
-                             "tokens); drop one of them")
         self.H, self.Hkv, self.K = num_heads, kv, head_dim
         self.V = head_dim if value_dim is None else value_dim
         self.rope, self.rope_theta, self.window, self.scale = rope, rope_theta, window, scale
-        self.form, self.layer_idx, self.token_merge = form, layer_idx, token_merge
+        self.form, self.layer_idx = form, layer_idx
         if bias not in ("none", "qkv", "all"):
             raise ValueError(f"attention bias must be 'none', 'qkv' or 'all', got {bias!r}")
         qkv_bias = bias != "none"
@@ -119,22 +104,15 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(self.H * self.V, d_model, bias=bias == "all")
         self.q_norm = norm.RMSNorm(self.K, eps=norm_eps) if qk_rmsnorm else None
         self.k_norm = norm.RMSNorm(self.K, eps=norm_eps) if qk_rmsnorm else None
-        self.gate_proj = nn.Linear(d_model, self.H * self.V, bias=False) if output_gate else None  # W_gate
-        self.context = None if cross_layer is None else CrossLayerContext(
-            d_model, cross_layer, num_heads=self.H, num_kv_heads=self.Hkv, head_dim=self.K, value_dim=self.V)
-        self.cross_layer_streams = 0 if cross_layer is None else cross_layer.summaries  # read by models/blocks.py
         width = self.H * self.K + self.Hkv * (self.K + self.V)
         self.conv = ShortConv(width, conv_size) if short_conv else None
 
     def state_size(self, seq_len: int = 1) -> int:
-        """Floats held per sequence after ``seq_len`` tokens (the cache grows with T; causal GCLA adds
-        its running sums and count, the short conv its buffer)."""
+        """Floats held per sequence after ``seq_len`` tokens (the cache grows with T; the short conv
+        adds its buffer)."""
         n = seq_len if self.window is None else min(seq_len, self.window)
-        context = 0
-        if self.context is not None and self.context.options.mode == "causal":
-            context = self.cross_layer_streams * self.context.k_ctx.in_features + 1
         conv = 0 if self.conv is None else (self.conv.size - 1) * self.conv.channels
-        return n * self.Hkv * (self.K + self.V) + context + conv
+        return n * self.Hkv * (self.K + self.V) + conv
 
     def _positions(self, B, T, mask, state, device):
         """Absolute positions [B, T] counting real tokens only, and the next position [B]."""
@@ -144,42 +122,26 @@ class Attention(nn.Module):
         steps = mask.long().cumsum(1)  # [B, T]
         return pos0[:, None] + (steps - 1).clamp(min=0), pos0 + steps[:, -1]
 
-    def _rotate(self, q: torch.Tensor, k: torch.Tensor, pos: torch.Tensor):
-        """The rotary map of q [B, T, H, K] and k [B, T, Hkv, K] at positions pos [B, T]."""
-        if self.rope is False:
-            return q, k
-        if isinstance(self.rope, SRPEOptions):
-            cos, sin = srpe_angles(pos, self.K, self.rope_theta, self.rope, q.dtype)
-        else:
-            cos, sin = norm.rope_angles(pos, self.K, self.rope_theta, q.dtype)
-        return norm.apply_rope(q, cos, sin), norm.apply_rope(k, cos, sin)
-
-    def _merge_starts(self, x: torch.Tensor, mask, state) -> torch.Tensor | None:
-        """ATM's pair starts [B, T] in training mode (None when token merging is off)."""
-        if self.token_merge is None or not self.training:
-            return None
-        if state is not None:
-            raise ValueError(ATM_NO_CACHE)
-        return merge_starts(x, self.token_merge.tau, mask)
+    def angles(self, pos: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """(cos, sin) of the rotary map at positions pos [B, T]: RoPE's."""
+        return norm.rope_angles(pos, self.K, self.rope_theta, dtype)
 
     def forward(self, x: torch.Tensor, *, state: AttentionState | None = None, mask: torch.Tensor | None = None,
-                return_state: bool = True, streams: list[torch.Tensor] | None = None):
-        """x [B, T, d_model]; mask [B, T] bool (True = real token) or None; streams: the residual
-        streams entering this layer and the previous ones, newest last (needed by GCLA only).
+                return_state: bool = True):
+        """x [B, T, d_model]; mask [B, T] bool (True = real token) or None.
 
         Returns (y [B, T, d_model], AttentionState or None).
         """
         check_mixer_input("Attention", x, self.q_proj.in_features, mask)
         B, T, _ = x.shape
-        if state is not None and self.context is not None and self.context.options.mode == "as_written":
-            raise ValueError(AS_WRITTEN_NO_CACHE)
-        starts = self._merge_starts(x, mask, state)
-        written_merge = starts is not None and self.token_merge.mode == "as_written"
-        if written_merge:  # eq. 31: pair starts hold the average, second tokens are masked out
-            x, keep = merge_tokens(x, starts)
-            mask_att = keep if mask is None else keep & mask.bool()
-        else:
-            mask_att = mask
+        heads = self.heads(x, mask, state)
+        o, new_state = self.attend(heads, mask, state, return_state)
+        return self.o_proj(o.reshape(B, T, self.H * self.V)), new_state
+
+    def heads(self, x: torch.Tensor, mask: torch.Tensor | None, state: AttentionState | None) -> Heads:
+        """The projections of x [B, T, d_model] (through the short conv if on), QK-norm and the rotary
+        map at the positions of the real tokens of ``mask``, continued from ``state``."""
+        B, T, _ = x.shape
         q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
         conv_buf = None
         if self.conv is not None:
@@ -188,35 +150,37 @@ class Attention(nn.Module):
         v = v.reshape(B, T, self.Hkv, self.V)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        pos, next_pos = self._positions(B, T, mask_att, state, x.device)
-        q, k = self._rotate(q, k, pos)
+        pos, next_pos = self._positions(B, T, mask, state, x.device)
+        if self.rope:
+            cos, sin = self.angles(pos, q.dtype)
+            q, k = norm.apply_rope(q, cos, sin), norm.apply_rope(k, cos, sin)
+        return Heads(q, k, v, next_pos, conv_buf)
+
+    def attend(self, heads: Heads, mask: torch.Tensor | None, state: AttentionState | None, return_state: bool,
+               op: Callable | None = None) -> tuple[torch.Tensor, AttentionState | None]:
+        """o [B, T, H, V] of softmax attention over the cache of ``state`` and these heads, and the new
+        state (None unless ``return_state``). ``op(q, k, v, scale=, key_mask=)`` replaces the form's op
+        for this call (it keeps no cache: the state is assembled from the keys and values)."""
+        q, k, v = heads.q, heads.k, heads.v
+        B, T = q.shape[:2]
         prefix = None if state is None else (state.keys, state.values)
-        valid = self._valid(B, T, mask_att, state, x.device)
+        valid = self._valid(B, T, mask, state, q.device)
         key_mask = None if valid is None or bool(valid.all()) else valid
-        if starts is not None and not written_merge:
-            o, kv = causal_merged_attention(q, k, v, starts, scale=self.scale, key_mask=key_mask), None
+        if op is not None:
+            o, kv = op(q, k, v, scale=self.scale, key_mask=key_mask), None
         else:
             o, kv = ATTENTION_FORMS[self.form](q, k, v, scale=self.scale, window=self.window, initial_state=prefix,
-                                               output_final_state=return_state and mask_att is None,
+                                               output_final_state=return_state and mask is None,
                                                key_mask=key_mask)
-        context = None
-        if self.context is not None:
-            o, context = self.context(o, q, self._streams(streams), scale=self.scale, mask=mask,
-                                      state=None if state is None else state.context)
-        if self.gate_proj is not None:
-            o = o * torch.sigmoid(self.gate_proj(x)).view_as(o)  # eq. 28
-        y = self.o_proj(o.reshape(B, T, self.H * self.V))
-        if written_merge:
-            y = unmerge(y, starts)  # eq. 32
         if not return_state:
-            return y, None
+            return o, None
         if kv is not None:  # no new padding: the op's cache (already cut to the window) is the state
             n = kv[0].shape[2]
-            valid = torch.ones(B, n, dtype=torch.bool, device=x.device) if valid is None else valid[:, -n:]
-            return y, AttentionState(kv[0], kv[1], valid, next_pos, context, conv_buf)
+            valid = torch.ones(B, n, dtype=torch.bool, device=q.device) if valid is None else valid[:, -n:]
+            return o, AttentionState(kv[0], kv[1], valid, heads.next_pos, heads.conv)
         if valid is None:
-            valid = torch.ones(B, T, dtype=torch.bool, device=x.device)
-        return y, self._packed_state(k, v, prefix, valid, next_pos)._replace(context=context, conv=conv_buf)
+            valid = torch.ones(B, T, dtype=torch.bool, device=q.device)
+        return o, self._packed_state(k, v, prefix, valid, heads.next_pos)._replace(conv=heads.conv)
 
     def _convolve(self, q, k, v, mask, state):
         """The short conv on the flat projections [B, T, ·]: padded tokens enter as zeros (left padding
@@ -231,13 +195,6 @@ class Attention(nn.Module):
         z, buf = self.conv(torch.cat([q, k, v], -1), None if state is None else state.conv)
         q, k, v = z.split([self.H * self.K, self.Hkv * self.K, self.Hkv * self.V], -1)
         return q, k, v, buf
-
-    def _streams(self, streams: list[torch.Tensor] | None) -> list[torch.Tensor]:
-        if not streams:
-            raise ValueError("this attention layer has cross_layer (GCLA) on: forward needs streams=[..., X_prev, "
-                             "X_this], the residual streams entering the previous layers and this one (the "
-                             "model's blocks pass them)")
-        return list(streams)[-self.cross_layer_streams:]
 
     def _packed_state(self, k, v, prefix, valid, next_pos) -> AttentionState:
         """Cache after a padded call: real pairs moved to the end of each row (order kept), so that
@@ -262,7 +219,3 @@ class Attention(nn.Module):
         if state is None:
             return None if mask is None else new
         return torch.cat([state.valid, new], dim=1)
-
-
-# ------------------------------------------------------------------ old paths (removed in 0.2.0)
-__getattr__ = moved(__name__, names_in("assocmem.mixers.norm", "RMSNorm", "rope_angles", "apply_rope"))

@@ -58,7 +58,7 @@ def direct_causal_conv(x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
 
 # ---------------------------------------------------------------- config and module
 class FOHConfig(BaseModel):
-    """A FOH layer of a hybrid (``HybridConfig.foh_layers``)."""
+    """A FOH layer of a hybrid (the block extension ``foh``, models/extensions.py)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # every float finite
 

@@ -95,8 +95,8 @@ class MixerModule(Protocol):
     then runs each row's real tokens on their own, models/blocks.run_mixer).
 
     Optional: ``cross_layer_streams`` (int, absent = 0), the number of residual streams the module
-    reads besides x (Wiola's GCLA: the streams entering the previous layer and this one). The block
-    then calls ``forward(x, ..., streams=[...])`` with them, newest last.
+    reads besides x (Wiola's GCLA, mixers/wiola/attention.py: the streams entering the previous layer
+    and this one). The block then calls ``forward(x, ..., streams=[...])`` with them, newest last.
     """
 
     masks_padding: bool
@@ -109,14 +109,17 @@ class MixerModule(Protocol):
         """Floats held per sequence (compare memories at equal state size)."""
 
 
-def _attention(spec: MixerSpec, d_model: int, form: str, layer_idx: int | None) -> nn.Module:
+def attention_arguments(spec: MixerSpec, form: str, layer_idx: int | None) -> dict[str, Any]:
+    """The keyword arguments (after d_model) of the Attention module of a softmax-attention spec."""
     o, a = spec.layer, spec.layer.attention
-    return Attention(d_model, num_heads=o.num_heads, head_dim=o.head_dim, num_kv_heads=a.num_kv_heads,
-                     value_dim=o.value_dim, rope=a.rope, rope_theta=a.rope_theta, qk_rmsnorm=a.qk_norm == "rmsnorm",
-                     window=window_of(spec), scale=o.scale, bias=a.bias, norm_eps=o.norm_eps,
-                     form=lower(spec, form).name, layer_idx=layer_idx,
-                     output_gate=a.output_gate, cross_layer=a.cross_layer, token_merge=a.token_merge,
-                     short_conv=a.short_conv, conv_size=o.conv_size)
+    return dict(num_heads=o.num_heads, head_dim=o.head_dim, num_kv_heads=a.num_kv_heads, value_dim=o.value_dim,
+                rope=a.rope, rope_theta=a.rope_theta, qk_rmsnorm=a.qk_norm == "rmsnorm", window=window_of(spec),
+                scale=o.scale, bias=a.bias, norm_eps=o.norm_eps, form=lower(spec, form).name, layer_idx=layer_idx,
+                short_conv=a.short_conv, conv_size=o.conv_size)
+
+
+def _attention(spec: MixerSpec, d_model: int, form: str, layer_idx: int | None) -> nn.Module:
+    return Attention(d_model, **attention_arguments(spec, form, layer_idx))
 
 
 def _sca(spec: MixerSpec, d_model: int, form: str, layer_idx: int | None) -> nn.Module:

@@ -23,7 +23,6 @@ from typing import Callable
 from assocmem.memories import (
     GD, L1, L2, DotProduct, Huber, L2Decay, Lp, Matrix, Momentum, NoRetention, RetainThenGD,
 )
-from assocmem.memories.deprecation import moved, names_in
 
 from .ops import online
 from .spec import MixerSpec
@@ -58,7 +57,3 @@ def online_rule(spec: MixerSpec) -> tuple[str, Callable] | None:
     if isinstance(b, L2) and isinstance(o, Momentum):
         return "recurrent_titans", functools.partial(online.recurrent_titans, momentum=o.eta)
     return None
-
-
-# ------------------------------------------------------------------ old paths (removed in 0.2.0)
-__getattr__ = moved(__name__, names_in("assocmem.mixers.lower", "hand_written", "with_lr"))

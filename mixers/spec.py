@@ -11,7 +11,6 @@ and JSON; every axis value is tagged by its ``kind``.
 """
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -23,10 +22,6 @@ from assocmem.memories import (
     Lp, Matrix, Momentum, NadarayaWatson, NonParametric, NoRetention, Proximal, RemoveReplace, RetainThenGD,
     Spectral, Window, algebra_class, check_axes, sums_keys,
 )
-
-from .wiola.atm import ATMOptions
-from .wiola.gcla import GCLAOptions
-from .wiola.srpe import SRPEOptions
 
 MemoryField = Annotated[Matrix | Diagonal | MLP | NonParametric | Spectral, Field(discriminator="kind")]
 BiasField = Annotated[
@@ -43,19 +38,11 @@ class AttentionOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # every float finite
 
     num_kv_heads: int | None = Field(None, gt=0, description="KV heads for GQA (None → num_heads)")
-    rope: bool | SRPEOptions = Field(
-        True, description="rotary map of q and k: true = RoPE, false = none, {kind: srpe, k_s, a_s, f_s} = Wiola's "
-        "spiral encoding SRPE (mixers/wiola/srpe.py; base rope_theta)")
+    rope: bool = Field(True, description="rotary map of q and k: true = RoPE, false = none (Wiola's SRPE: the "
+                       "block extension wiola_attention, models/extensions.py)")
     rope_theta: float = Field(10000.0, gt=0, description="RoPE base θ₀ (also SRPE's)")
     qk_norm: Literal["none", "rmsnorm"] = Field(
         "none", description="'rmsnorm': per-head RMSNorm on q and k before RoPE (QK-norm, eps = norm_eps)")
-    output_gate: bool = Field(False, description="sigmoid output gate o ⊙ σ(x W_gate) before W_o (Wiola eqs. 28–29)")
-    cross_layer: GCLAOptions | None = Field(
-        None, description="Wiola GCLA: blend with attention over summaries of the residual streams entering this "
-        "and the previous layer ({mode: as_written | causal}; mixers/wiola/gcla.py)")
-    token_merge: ATMOptions | None = Field(
-        None, description="Wiola ATM, in training mode only: merge adjacent tokens whose cosine exceeds tau "
-        "({mode: as_written | causal, tau}; mixers/wiola/atm.py)")
     bias: Literal["none", "qkv", "all"] = Field(
         "none", description="biases of the projections: none, q/k/v only (Qwen2), or q/k/v and output (Llama's "
         "and Qwen3's attention_bias=True)")
@@ -74,47 +61,15 @@ class SCAOptions(BaseModel):
     maxlen: int = Field(2048, gt=0, description="boundary of the time weight d(t) = max(maxlen−1−t, 0)")
 
 
-# LayerOptions keys of the flat layout (before 0.2), read with a DeprecationWarning:
-# old key -> (sub-model, its key, value map)
-FLAT_KEYS = {
-    "num_kv_heads": ("attention", "num_kv_heads", None),
-    "rope": ("attention", "rope", None),
-    "rope_theta": ("attention", "rope_theta", None),
-    "qk_rmsnorm": ("attention", "qk_norm", lambda on: "rmsnorm" if on else "none"),
-    "sca_expand": ("sca", "expand", None),
-    "sca_out_expand": ("sca", "out_expand", None),
-    "sca_query_heads": ("sca", "query_heads", None),
-    "sca_maxlen": ("sca", "maxlen", None),
-}
-
-
-def nest_flat_keys(data: dict) -> dict:
-    """``data`` (LayerOptions fields) with the flat keys of ``FLAT_KEYS`` moved into their sub-models
-    (a flat key wins over the same key already nested), warning once per call that lists them."""
-    flat = [k for k in FLAT_KEYS if k in data]
-    if not flat:
-        return data
-    out = {k: v for k, v in data.items() if k not in FLAT_KEYS}
-    for key in flat:
-        sub, new, convert = FLAT_KEYS[key]
-        nested = dict(out.get(sub) or {})
-        nested[new] = data[key] if convert is None else convert(data[key])
-        out[sub] = nested
-    names = ", ".join(f"{k} -> {FLAT_KEYS[k][0]}.{FLAT_KEYS[k][1]}" for k in flat)
-    warnings.warn(f"LayerOptions: flat keys are deprecated and read until assocmem 0.2.0; use {names}",
-                  DeprecationWarning, stacklevel=4)
-    return out
-
-
 class LayerOptions(BaseModel):
     """How a mixer module turns x [B, T, d_model] into q, k, v and gates.
 
     The fields at the top are shared by the module kinds (heads, widths, convolution, norms);
     those of the recurrent Mixer (parametric memories) are the rest of the top level, and
     the options read by one other kind only sit in its sub-model: ``attention`` (softmax
-    attention) and ``sca`` (SeqCond attention). The flat keys of earlier releases
-    (``num_kv_heads``, ``rope``, ``rope_theta``, ``qk_rmsnorm``, ``sca_*``) are still read, with a
-    DeprecationWarning (``FLAT_KEYS``), so older configs and checkpoints load.
+    attention) and ``sca`` (SeqCond attention). A saved model whose config has the flat keys of
+    the earlier layout (``num_kv_heads``, ``qk_rmsnorm``, ``sca_*``, ...) is converted when it is
+    loaded (models/upgrade.py).
 
     The decay gate's parameterisation follows the retention axis:
     L2Decay(gate="scalar") → log α = −exp(A_log)·softplus(x W_a + dt_bias) (Mamba2/GDN);
@@ -183,11 +138,6 @@ class LayerOptions(BaseModel):
     attention: AttentionOptions = Field(default_factory=AttentionOptions, description="softmax attention only")
     sca: SCAOptions = Field(default_factory=SCAOptions, description="SCA only")
 
-    @model_validator(mode="before")
-    @classmethod
-    def _nest_flat_keys(cls, data):
-        return nest_flat_keys(data) if isinstance(data, dict) else data
-
     @model_validator(mode="after")
     def _compile_is_a_backend(self) -> "LayerOptions":
         if self.compile and self.backend not in ("auto", "compiled"):
@@ -209,23 +159,6 @@ class LayerOptions(BaseModel):
     def qk_heads(self) -> int:
         """Heads of q and k (recurrent mixers): num_qk_heads, or num_heads."""
         return self.num_heads if self.num_qk_heads is None else self.num_qk_heads
-
-
-def _flat_attribute(key: str) -> property:
-    """Read access to a flat key of the old layout (``opts.num_kv_heads``), with a DeprecationWarning."""
-    sub, new, convert = FLAT_KEYS[key]
-
-    def get(self: LayerOptions):
-        warnings.warn(f"LayerOptions.{key} is deprecated (removed in assocmem 0.2.0); use .{sub}.{new}",
-                      DeprecationWarning, stacklevel=2)
-        value = getattr(getattr(self, sub), new)
-        return value == "rmsnorm" if key == "qk_rmsnorm" else value
-
-    return property(get, doc=f"Deprecated: ``{sub}.{new}``.")
-
-
-for _key in FLAT_KEYS:
-    setattr(LayerOptions, _key, _flat_attribute(_key))
 
 
 class MixerSpec(BaseModel):

@@ -1,18 +1,20 @@
 """The residual block of every hybrid layer, and padding for recurrent mixers.
 
     h = x + Mixer(Norm(x))
-    y = h + MLP(Norm(h))                (when the block has an MLP)
+    h = h + MLP(Norm(h))                (when the block has an MLP)
+    y = h                               (or the residual hook of an extension: y = R(x, h))
 
-Norm is RMSNorm, WiolaRMSNorm or the identity (``NORMS``, ``block_norm``); the MLP is SwiGLU,
-Nanda et al. 2023's ReLU MLP with biases, or Wiola's dual-stream DSFF (``MLP_KINDS``, ``mlp_kind``).
-A block with ``steer`` (models/steer.py) filters its update along the sequence: y = x + F(y − x).
-A mixer with ``cross_layer_streams`` = n > 0 (Wiola's GCLA) also gets the last n residual streams
-entering the blocks up to this one (``streams``, newest last: the model's embedding output X⁽⁰⁾,
-then each block's input X⁽ˡ⁾).
+Norm is RMSNorm or the identity (``NORMS``, ``block_norm``); the MLP is SwiGLU or Nanda et al.
+2023's ReLU MLP with biases (``MLP_KINDS``, ``mlp_kind``). The block's extensions
+(models/extensions.py) may replace its norms, mixer and MLP when they are built, and add the
+residual hook (seed 003's steering).
 
 The mixer is ``build_layer(spec, run=run_mixer)`` (mixers/parallel.py): a MixerSpec's module, or a
 ParallelSpec's branches side by side (heads split between mixers, outputs added), each branch's
-padding served by ``run_mixer``.
+padding served by ``run_mixer``. A mixer with ``cross_layer_streams`` = n > 0 (Wiola's GCLA) also
+reads the last n residual streams entering the blocks up to this one (``streams``, newest last:
+the model's embedding output X⁽⁰⁾, then each block's input X⁽ˡ⁾); ``ResidualStreams`` keeps them
+for the blocks that read them.
 
 Padding. A mixer module that masks padding itself (``masks_padding``, attention)
 gets the mask. One that does not (a recurrent state, parametric or SCA, has no
@@ -31,18 +33,15 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from assocmem.mixers.foh import FOHConfig, FourierOnlyAttention
-from assocmem.mixers.layer import MixerModule, build_mixer
+from assocmem.mixers.layer import MixerModule
 from assocmem.mixers.norm import RMSNorm
 from assocmem.mixers.parallel import ParallelSpec, build_layer
 from assocmem.mixers.spec import MixerSpec
-from assocmem.mixers.wiola import DSFF, DSFFOptions, WiolaRMSNorm
 
-
-from .steer import Steer, SteerConfig, SteerState
+from .extensions import Extension, ExtensionSlot
 
 # norm kind -> module(dim, eps=...); "none" is the identity (Nanda et al. 2023's model has no norm)
-NORMS = {"rmsnorm": RMSNorm, "wiola": WiolaRMSNorm, "none": lambda dim, eps: nn.Identity()}
+NORMS = {"rmsnorm": RMSNorm, "none": lambda dim, eps: nn.Identity()}
 
 
 class SwiGLU(nn.Module):
@@ -70,20 +69,15 @@ class ReLUMLP(nn.Module):
         return self.down_proj(F.relu(self.up_proj(x)))
 
 
-# MLP kind -> module(kind, hidden width, d_model); DSFFOptions (kind "dsff") carries its own widths
-MLP_KINDS = {
-    "swiglu": lambda kind, hidden, d_model: SwiGLU(d_model, hidden),
-    "relu": lambda kind, hidden, d_model: ReLUMLP(d_model, hidden),
-    "dsff": lambda options, hidden, d_model: DSFF(d_model, options.hidden_a, options.hidden_b),
-}
+# MLP kind -> module(d_model, hidden width)
+MLP_KINDS = {"swiglu": SwiGLU, "relu": ReLUMLP}
 
 
-def build_mlp(kind: str | DSFFOptions, hidden: int, d_model: int) -> nn.Module | None:
-    """A block's MLP: ``kind`` swiglu | relu of width ``hidden``, or DSFFOptions; None when hidden = 0."""
-    name = getattr(kind, "kind", kind)
-    if name not in MLP_KINDS:
-        raise ValueError(f"mlp_kind must be one of {list(MLP_KINDS)} (dsff as DSFFOptions), got {kind!r}")
-    return MLP_KINDS[name](kind, hidden, d_model) if hidden else None
+def build_mlp(kind: str, hidden: int, d_model: int) -> nn.Module | None:
+    """A block's MLP: ``kind`` swiglu | relu of width ``hidden``; None when hidden = 0."""
+    if kind not in MLP_KINDS:
+        raise ValueError(f"mlp_kind must be one of {list(MLP_KINDS)}, got {kind!r}")
+    return MLP_KINDS[kind](d_model, hidden) if hidden else None
 
 
 def build_norm(kind: str, d_model: int, eps: float) -> nn.Module:
@@ -94,59 +88,83 @@ def build_norm(kind: str, d_model: int, eps: float) -> nn.Module:
 
 
 class Block(nn.Module):
-    """Pre-norm residual block: mixer, then an optional MLP."""
+    """Pre-norm residual block: mixer, then an optional MLP; ``extensions`` plug in at their hooks."""
 
     def __init__(self, spec: MixerSpec | ParallelSpec, d_model: int, *, mlp_hidden: int, norm_eps: float,
-                 layer_idx: int, form: str | tuple[str, ...] = "auto", mlp_kind: str | DSFFOptions = "swiglu",
-                 norm: str = "rmsnorm",
-                 steer: SteerConfig | None = None, foh: FOHConfig | None = None):
+                 layer_idx: int, form: str | tuple[str, ...] = "auto", mlp_kind: str = "swiglu",
+                 norm: str = "rmsnorm", extensions: tuple[Extension, ...] = ()):
         super().__init__()
         self.layer_idx = layer_idx
-        self.mixer_norm = build_norm(norm, d_model, norm_eps)
-        self.mixer = (build_layer(spec, d_model, form=form, layer_idx=layer_idx, run=run_mixer) if foh is None else
-                      FourierOnlyAttention(d_model, seq_len=foh.seq_len, mode=foh.mode, layer_idx=layer_idx))
-        self.mlp = build_mlp(mlp_kind, mlp_hidden, d_model)
-        self.mlp_norm = build_norm(norm, d_model, norm_eps) if self.mlp is not None else None
-        self.steer = Steer(steer) if steer is not None else None
-        self.cross_layer_streams = getattr(self.mixer, "cross_layer_streams", 0)
+        hooks = ExtensionSlot(extensions, f"layer {layer_idx}")  # the parts its extensions build instead
+
+        def new_norm() -> nn.Module:
+            return hooks.norm(d_model, norm_eps, default=lambda: build_norm(norm, d_model, norm_eps))
+
+        self.mixer_norm = new_norm()
+        self.mixer = hooks.mixer(spec, d_model, form=form, layer_idx=layer_idx, default=lambda: build_layer(
+            spec, d_model, form=form, layer_idx=layer_idx, run=run_mixer))
+        self.mlp = (hooks.mlp(d_model, mlp_hidden, default=lambda: build_mlp(mlp_kind, mlp_hidden, d_model))
+                    if mlp_hidden else None)
+        self.mlp_norm = new_norm() if self.mlp is not None else None
+        self.residual = hooks.residual()  # y = residual(x, h), or y = h
+        self.reads_streams = getattr(self.mixer, "cross_layer_streams", 0)
 
     def forward(self, x: torch.Tensor, *, state=None, mask: torch.Tensor | None = None, return_state: bool = True,
                 streams: list[torch.Tensor] | None = None):
-        """x [B, T, d_model]; mask [B, T] bool (True = real token) or None; streams: residual streams
-        entering the blocks up to this one, newest last (read when cross_layer_streams > 0) -> (y, state).
+        """x [B, T, d_model]; mask [B, T] bool (True = real token) or None; streams: the residual
+        streams entering the blocks up to this one, newest last (when ``reads_streams``) -> (y, state).
 
-        With a causal ``steer`` the state is a BlockState (mixer state, steering history)."""
-        if self.cross_layer_streams and not streams:
-            raise ValueError(f"block {self.layer_idx}: its mixer reads the residual streams of earlier layers "
-                             f"(cross_layer); pass streams=[..., x]")
-        streams = list(streams)[-self.cross_layer_streams:] if self.cross_layer_streams else None
-        stateful_steer = self.steer is not None and self.steer.cfg.mode == "causal"
-        if self.steer is not None and not stateful_steer and state is not None:
-            raise ValueError(f"layer {self.layer_idx}: steer mode circular (as written) filters over the whole "
-                             f"sequence, future included: it has no incremental decode; use mode: causal")
-        mixer_state, steer_state = (state.mixer, state.steer) if stateful_steer and state is not None else (state, None)
+        With a residual hook the state is a BlockState (the mixer's, the hook's)."""
+        mixer_state, residual_state = self._split(state)
         y, mixer_state = run_mixer(self.mixer, self.mixer_norm(x), state=mixer_state, mask=mask,
-                                   return_state=return_state, streams=streams)
+                                   return_state=return_state, streams=self._streams(streams))
         h = x + y
         if self.mlp is not None:
             h = h + self.mlp(self.mlp_norm(h))
-        if self.steer is None:
+        if self.residual is None:
             return h, mixer_state
-        if mask is not None:
-            raise ValueError("a steered block filters along the sequence, so padding would shift it; pass sequences "
-                             "of equal length without padding")
-        delta, steer_state = self.steer(h - x, state=steer_state, return_state=return_state)  # y = x + F(Δ)
-        h = x + delta
-        if not stateful_steer:
-            return h, mixer_state
-        return h, (BlockState(mixer_state, steer_state) if return_state else None)
+        h, residual_state = self.residual(x, h, state=residual_state, mask=mask, return_state=return_state)
+        return h, (BlockState(mixer_state, residual_state) if return_state else None)
+
+    def _split(self, state):
+        """(the mixer's state, the residual hook's) of a block state."""
+        if self.residual is None or state is None:
+            return state, None
+        self.residual.check_continue(self.layer_idx)
+        return state.mixer, state.residual
+
+    def _streams(self, streams: list[torch.Tensor] | None) -> list[torch.Tensor] | None:
+        """The last ``reads_streams`` of ``streams`` (None when the mixer reads none)."""
+        if not self.reads_streams:
+            return None
+        if not streams:
+            raise ValueError(f"block {self.layer_idx}: its mixer reads the residual streams of earlier layers "
+                             f"(cross_layer); pass streams=[..., x]")
+        return list(streams)[-self.reads_streams:]
 
 
 class BlockState(NamedTuple):
-    """The decode state of a block with causal steering: its mixer's state and the steering history."""
+    """The decode state of a block with a residual hook: its mixer's state and the hook's."""
 
     mixer: object
-    steer: SteerState | None
+    residual: object
+
+
+class ResidualStreams:
+    """The residual streams entering the blocks so far, kept as deep as the deepest reader needs
+    (a block's ``reads_streams``; Wiola's GCLA reads the streams entering the previous block and its own)."""
+
+    def __init__(self, blocks: list[Block]):
+        self.depth = max((block.reads_streams for block in blocks), default=0)
+        self.kept: list[torch.Tensor] = []
+
+    def enter(self, block: Block, h: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Record h [B, T, d], the stream entering ``block``; return the streams it reads, newest last
+        (h included), or () when it reads none."""
+        if not self.depth:
+            return ()
+        self.kept = (self.kept + [h])[-self.depth:]
+        return tuple(self.kept[-block.reads_streams:]) if block.reads_streams else ()
 
 
 def run_mixer(mixer: MixerModule, x: torch.Tensor, *, state, mask: torch.Tensor | None, return_state: bool,

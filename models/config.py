@@ -3,6 +3,8 @@
     HybridConfig(d_model=768, vocab_size=32000, layers="gdn*3,attn", n_layers=12)
     HybridConfig(d_model=768, vocab_size=32000, layers="gdn", n_layers=12, attention_layers=[3, 7, 11])
     HybridConfig(d_model=64, vocab_size=256, layers=["sca", "sca", my_spec])
+    HybridConfig(d_model=64, vocab_size=257, layers="attn", n_layers=6,
+                 extensions=[{"kind": "foh", "layers": [2], "mode": "causal", "seq_len": 128}])
 
 ``layers`` is a pattern string (comma-separated layer names, ``name*k`` for k
 copies; the pattern is repeated to fill ``n_layers``) or a list whose entries
@@ -27,6 +29,11 @@ Validation resolves every layer once into ``plan`` (one ``LayerPlan`` per layer:
 MixerSpec, requested form, whether its block has an MLP): the pattern is expanded once
 and each distinct layer name looked up once; ``layer_specs()``, ``layer_forms()``,
 ``mlp_flags()`` and ``depth`` read the plan (rebuilt only if a field changed since).
+
+``extensions`` plugs a paper's components into the blocks (FOH, steering, Wiola's attention,
+DSFF, WiolaRMSNorm: models/extensions.py); each entry names its kind and the layers it applies to,
+and the plan lists each layer's extensions. A saved config of an earlier layout is converted when a
+model folder is loaded (models/upgrade.py).
 """
 from __future__ import annotations
 
@@ -35,16 +42,13 @@ from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SerializeAsAny, field_validator, model_validator
 
 from assocmem.memories import NonParametric
 from assocmem.mixers import MixerSpec, get_preset
 from assocmem.mixers.parallel import ParallelSpec
-from assocmem.mixers.wiola import DSFFOptions
 
-from assocmem.mixers.foh import FOHConfig
-
-from .steer import SteerConfig
+from .extensions import EXTENSIONS, Extension, ExtensionSlot
 
 LayerEntry = str | MixerSpec | ParallelSpec
 
@@ -55,7 +59,8 @@ class LayerPlan(NamedTuple):
     name: str | None  # its name in the pattern (preset or alias), or its MixerSpec's name
     spec: MixerSpec | ParallelSpec
     form: str | tuple[str, ...]  # the requested form ('auto' or a form of the spec's class); one per branch if parallel
-    mlp: bool  # whether its block has an MLP (SwiGLU, ReLU or DSFF: HybridConfig.mlp_kind)
+    mlp: bool  # whether its block has an MLP (HybridConfig.mlp_kind, or an extension's)
+    extensions: tuple[Extension, ...]  # the extensions applied to its block
 
 _TOKEN = re.compile(r"^([A-Za-z_][A-Za-z0-9_\-]*)(?:\*(\d+))?$")
 _PAR = re.compile(r"^(par\([^()]*\))(?:\*(\d+))?$")
@@ -92,14 +97,13 @@ class HybridConfig(BaseModel):
     mlp_hidden: int | None = Field(None, gt=0, description="explicit SwiGLU hidden width (overrides mlp_ratio)")
     mlp_layers: Literal["all", "attention"] | list[int] = Field(
         "all", description="which blocks have an MLP: all, only the attention (nonparametric) ones, or indices")
-    mlp_kind: Literal["swiglu", "relu"] | DSFFOptions = Field(
+    mlp_kind: Literal["swiglu", "relu"] = Field(
         "swiglu", description="swiglu: (SiLU(x W_g) ⊙ x W_u) W_d; relu: ReLU(x W_in + b_in) W_out + b_out "
-        "(the MLP of Nanda et al. 2023's grokking model), both of width mlp_hidden or mlp_ratio · d_model; or "
-        "{kind: dsff, hidden_a, hidden_b}, Wiola's dual-stream DSFF (mixers/wiola/dsff.py)")
+        "(the MLP of Nanda et al. 2023's grokking model), both of width mlp_hidden or mlp_ratio · d_model")
     tie_embeddings: bool = Field(True, description="lm_head shares the embedding matrix")
-    block_norm: Literal["rmsnorm", "none", "wiola"] = Field(
-        "rmsnorm", description="the pre-norms of every block and the final norm: rmsnorm; none (Nanda et al. "
-        "2023's one-layer model has no LayerNorm); or wiola, WiolaRMSNorm γ ⊙ (x + δ)/RMS(x + δ) (Wiola eq. 9)")
+    block_norm: Literal["rmsnorm", "none"] = Field(
+        "rmsnorm", description="the pre-norms of every block and the final norm: rmsnorm, or none (Nanda et al. "
+        "2023's one-layer model has no LayerNorm)")
     position_embedding: Literal["none", "learned"] = Field(
         "none", description="absolute positions added to the token embeddings: none (position comes from the "
         "mixers: RoPE, recurrence, convolution) or learned (a [max_positions, d_model] table, as GPT-2 and "
@@ -107,12 +111,9 @@ class HybridConfig(BaseModel):
     max_positions: int | None = Field(
         None, gt=0, description="rows of the learned position table (required with position_embedding: learned); "
         "longer inputs are refused")
-    foh_layers: dict[int, FOHConfig] = Field(
-        default_factory=dict, description="0-indexed layers whose mixer is seed 003's Fourier-Only Attention "
-        "(mixers/foh.py) instead of the pattern's: {mode: circular|causal, seq_len}")
-    steer: dict[int, SteerConfig] = Field(
-        default_factory=dict, description="spectral steering of a block's update along the sequence, by 0-indexed "
-        "layer: {kind: lowpass|highpass, cutoff, mode: circular|causal, seq_len} (seed 003's ST-1; models/steer.py)")
+    extensions: list[SerializeAsAny[Extension]] = Field(
+        default_factory=list, description="a paper's components in the blocks, each {kind, layers (0-indexed; "
+        "omitted: every block), its options}: foh, steer, wiola_attention, dsff, wiola_norm (models/extensions.py)")
     norm_eps: float = Field(1e-6, gt=0, description="epsilon of the block and final norms")
     init_std: float = Field(0.02, gt=0, description="std of the normal init of embeddings and projections")
 
@@ -122,6 +123,11 @@ class HybridConfig(BaseModel):
         if isinstance(value, list):
             return [_entry_from_dict(v) if isinstance(v, dict) else v for v in value]
         return value
+
+    @field_validator("extensions", mode="before")
+    @classmethod
+    def _parse_extensions(cls, value):
+        return [EXTENSIONS.parse(v) for v in value] if isinstance(value, list) else value
 
     @field_validator("attention", mode="before")
     @classmethod
@@ -147,9 +153,9 @@ class HybridConfig(BaseModel):
             if unknown:
                 raise ValueError(f"{field} name layers {unknown} that are not in the model; layer names used: "
                                  f"{sorted(names | spec_names)}")
-        for field in ("steer", "foh_layers"):
-            if getattr(self, field):
-                _check_indices(field, sorted(getattr(self, field)), len(entries))
+        for j, ext in enumerate(self.extensions):
+            if ext.layers is not None:
+                _check_indices(f"extensions[{j}] ({ext.kind}) layers", ext.layers, len(entries))
         if isinstance(self.mlp_layers, list):
             _check_indices("mlp_layers", self.mlp_layers, len(entries))
         self._plan, self._plan_key = self._resolve_plan(entries), self._fingerprint()  # errors surface here
@@ -179,11 +185,25 @@ class HybridConfig(BaseModel):
         resolved = [specs[e] if isinstance(e, str) else e for e in entries]
         names = [e if isinstance(e, str) else e.name for e in entries]
         forms = [self._form(n, spec) for n, spec in zip(names, resolved)]
-        return tuple(LayerPlan(*row) for row in zip(names, resolved, forms, self._mlp_flags(resolved)))
+        extensions = [self.layer_extensions(i, spec) for i, spec in enumerate(resolved)]
+        mlp = self._mlp_flags(resolved, extensions)
+        return tuple(LayerPlan(*row) for row in zip(names, resolved, forms, mlp, extensions))
+
+    def layer_extensions(self, i: int, spec: MixerSpec | ParallelSpec) -> tuple[Extension, ...]:
+        """The extensions applied to layer i, checked against its spec and against each other."""
+        chosen = tuple(e for e in self.extensions if e.layers is None or i in e.layers)
+        ExtensionSlot(chosen, f"layer {i}")  # raises when two provide the same hook
+        for ext in chosen:
+            ext.check(spec, i)
+        return chosen
+
+    def model_extensions(self) -> tuple[Extension, ...]:
+        """The extensions applied to every block (``layers`` omitted): they also build the final norm."""
+        return tuple(e for e in self.extensions if e.layers is None)
 
     def layer_entries(self) -> list[LayerEntry]:
         """One entry (name or MixerSpec) per layer, after pattern expansion and attention placement."""
-        base = _expand(self.layers) if isinstance(self.layers, str) else list(self.layers)
+        base = expand_pattern(self.layers) if isinstance(self.layers, str) else list(self.layers)
         if not base:
             raise ValueError("layers is empty; give a pattern such as 'gdn*3,attn' or a list of layers")
         n = len(base) if self.n_layers is None else self.n_layers
@@ -267,14 +287,16 @@ class HybridConfig(BaseModel):
         per = total // shares
         return ParallelSpec(name=token, branches=[self._spec(b, (s * per, head_dim)) for b, s in branches])
 
-    def _mlp_flags(self, specs: list[MixerSpec | ParallelSpec]) -> list[bool]:
-        if not isinstance(self.mlp_kind, DSFFOptions) and self.mlp_ratio == 0 and self.mlp_hidden is None:
-            return [False] * len(specs)
+    def _mlp_flags(self, specs: list[MixerSpec | ParallelSpec], extensions: list[tuple[Extension, ...]]) -> list[bool]:
+        """Block i has an MLP if ``mlp_layers`` picks it and it has a width (or an extension builds it)."""
         if self.mlp_layers == "all":
-            return [True] * len(specs)
-        if self.mlp_layers == "attention":
-            return [any(isinstance(b.memory, NonParametric) for b in _mixers(s)) for s in specs]
-        return [i in set(self.mlp_layers) for i in range(len(specs))]
+            picked = [True] * len(specs)
+        elif self.mlp_layers == "attention":
+            picked = [any(isinstance(b.memory, NonParametric) for b in _mixers(s)) for s in specs]
+        else:
+            picked = [i in set(self.mlp_layers) for i in range(len(specs))]
+        width = self.mlp_ratio != 0 or self.mlp_hidden is not None
+        return [p and (width or _builds_mlp(e)) for p, e in zip(picked, extensions)]
 
     @property
     def mlp_width(self) -> int:
@@ -282,10 +304,10 @@ class HybridConfig(BaseModel):
         return self.mlp_hidden if self.mlp_hidden is not None else int(round(self.mlp_ratio * self.d_model))
 
     def block_mlp_hidden(self, layer: LayerPlan) -> int:
-        """The ``mlp_hidden`` a block of ``layer`` gets: 0 = no MLP; DSFF's widths are in mlp_kind."""
+        """The ``mlp_hidden`` a block of ``layer`` gets: 0 = no MLP (an extension's MLP has its own widths)."""
         if not layer.mlp:
             return 0
-        return max(self.mlp_width, 1) if isinstance(self.mlp_kind, DSFFOptions) else self.mlp_width
+        return max(self.mlp_width, 1) if _builds_mlp(layer.extensions) else self.mlp_width
 
     @property
     def depth(self) -> int:
@@ -303,6 +325,10 @@ class HybridConfig(BaseModel):
         if not isinstance(data, dict):
             raise ValueError(f"a HybridConfig document must be a mapping, got {type(data).__name__}")
         return cls.model_validate(data)
+
+
+def _builds_mlp(extensions: tuple[Extension, ...]) -> bool:
+    return ExtensionSlot(extensions, "").provides("mlp")
 
 
 def _update_layer(layer: dict, update: dict) -> dict:
@@ -363,7 +389,7 @@ def _branches(token: str) -> list[tuple[str, int]]:
     return out
 
 
-def _expand(pattern: str) -> list[str]:
+def expand_pattern(pattern: str) -> list[str]:
     """'gdn*3,attn' -> ['gdn', 'gdn', 'gdn', 'attn']; 'par(gdn,attn)*2' -> ['par(gdn,attn)'] * 2."""
     out: list[str] = []
     for raw in _top_level(pattern):

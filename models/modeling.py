@@ -28,10 +28,12 @@ from transformers.utils import logging
 from assocmem.mixers.norm import RMSNorm
 from assocmem.mixers.wiola import WiolaRMSNorm
 
-from .blocks import Block, build_norm
+from .blocks import Block, ResidualStreams, build_norm
 from .cache import AssocMemCache
 from .config import HybridConfig
+from .extensions import ExtensionSlot
 from .packed import run_packed
+from .upgrade import upgrade_hybrid
 
 
 logger = logging.get_logger(__name__)
@@ -136,7 +138,8 @@ class AssocMemConfig(PretrainedConfig):
 
     The HF names of HF_FIELDS (``hidden_size``, ``num_hidden_layers``, ``vocab_size``, ...) are
     accepted as the HybridConfig fields they stand for and are always written back from it.
-    Other keyword arguments are kept as attributes, as every HF config does.
+    Other keyword arguments are kept as attributes, as every HF config does. A ``hybrid`` dict of an
+    earlier layout (a saved model folder) is converted to the current one (models/upgrade.py).
     """
 
     model_type = "assocmem"
@@ -154,7 +157,7 @@ class AssocMemConfig(PretrainedConfig):
 
     def __post_init__(self, **kwargs):
         given = {name: kwargs.pop(name) if name in kwargs else getattr(self, name, None) for name in HF_FIELDS}
-        hybrid = self.hybrid if isinstance(self.hybrid, HybridConfig) else dict(self.hybrid or {})
+        hybrid = self.hybrid if isinstance(self.hybrid, HybridConfig) else upgrade_hybrid(dict(self.hybrid or {}))
         hc = merge_hf_fields(hybrid, {k: v for k, v in given.items() if v is not None})
         self.hybrid = hc.model_dump(mode="json")
         self._keep(hc)
@@ -259,11 +262,10 @@ class AssocMemModel(AssocMemPreTrainedModel):
                                 if hc.position_embedding == "learned" else None)
         self.layers = nn.ModuleList(
             Block(layer.spec, hc.d_model, mlp_hidden=hc.block_mlp_hidden(layer), norm_eps=hc.norm_eps, layer_idx=i,
-                  form=layer.form, mlp_kind=hc.mlp_kind, norm=hc.block_norm, steer=hc.steer.get(i),
-                  foh=hc.foh_layers.get(i))
+                  form=layer.form, mlp_kind=hc.mlp_kind, norm=hc.block_norm, extensions=layer.extensions)
             for i, layer in enumerate(hc.plan))
-        self.norm = build_norm(hc.block_norm, hc.d_model, hc.norm_eps)
-        self._streams = max((block.cross_layer_streams for block in self.layers), default=0)
+        self.norm = ExtensionSlot(hc.model_extensions(), "the final norm").norm(
+            hc.d_model, hc.norm_eps, default=lambda: build_norm(hc.block_norm, hc.d_model, hc.norm_eps))
         self.gradient_checkpointing = False  # set by activation_checkpointing_enable()
         self._cache_token = uuid.uuid4().hex[:8]
         self.post_init()
@@ -309,14 +311,14 @@ class AssocMemModel(AssocMemPreTrainedModel):
         if self.embed_positions is not None:
             h = h + self._positions(T, 0 if cache is None else cache.seen_tokens, mask)
         hidden = [h] if output_hidden_states else None
-        streams: list[torch.Tensor] = []  # residual streams entering the blocks, kept for cross-layer mixers (GCLA)
+        streams = ResidualStreams(self.layers)  # for the blocks whose mixer reads earlier streams (GCLA)
         for i, block in enumerate(self.layers):
-            streams = (streams + [h])[-self._streams:] if self._streams else streams
+            earlier = streams.enter(block, h)
             if checkpointing:  # keep the inputs only; the block runs again in backward (no cache to write twice)
-                h, state = self._gradient_checkpointing_func(partial(_run_block, block, mask), h, *streams)
+                h, state = self._gradient_checkpointing_func(partial(_run_block, block, mask), h, *earlier)
             else:
                 h, state = block(h, state=None if cache is None else cache[i], mask=mask,
-                                 return_state=cache is not None, streams=streams or None)
+                                 return_state=cache is not None, streams=earlier or None)
             if cache is not None:
                 cache[i] = state
             if hidden is not None:

@@ -37,9 +37,6 @@ from typing import Callable
 
 import torch
 
-from assocmem.mixers import MixerSpec, get_preset
-from assocmem.mixers.wiola import DSFFOptions
-
 from .config import HybridConfig
 
 TABLE_4_1 = {50: [1, 3, 5, 7, 9, 11], 75: [3, 7, 11], 83: [5, 11], 100: []}
@@ -68,40 +65,35 @@ def _st1(mode: str | None, d: int = 64, seq_len: int = 128, vocab: int = 257) ->
     """Seed 003 Table 8 at width d: 6 attention layers (4 heads, learned positions, no RoPE, MLP 4d); steering
     L0 low-pass 8, L1 low-pass 16, L4 high-pass 32, L5 high-pass 16 (bins of a seq_len rfft); L2 is FOH.
     mode None: the same transformer without steering and FOH (the paper's baseline)."""
-    steer, foh = {}, {}
+    extensions = []
     if mode is not None:
-        steer = {i: {"kind": kind, "cutoff": cutoff, "mode": mode, "seq_len": seq_len}
-                 for i, kind, cutoff in ((0, "lowpass", 8), (1, "lowpass", 16), (4, "highpass", 32), (5, "highpass", 16))}
-        foh = {2: {"mode": mode, "seq_len": seq_len}}
+        extensions = [{"kind": "steer", "layers": [i], "band": band, "cutoff": cutoff, "mode": mode, "seq_len": seq_len}
+                      for i, band, cutoff in ((0, "lowpass", 8), (1, "lowpass", 16), (4, "highpass", 32),
+                                              (5, "highpass", 16))]
+        extensions.append({"kind": "foh", "layers": [2], "mode": mode, "seq_len": seq_len})
     return HybridConfig(d_model=d, vocab_size=vocab, layers="attn", n_layers=6, num_heads=4,
                         overrides={"attn": {"attention": {"rope": False}}}, mlp_hidden=4 * d, position_embedding="learned",
-                        max_positions=seq_len, steer=steer, foh_layers=foh)
+                        max_positions=seq_len, extensions=extensions)
 
 
-WIOLA_SRPE = {"kind": "srpe", "k_s": 4.0, "a_s": 0.1, "f_s": 0.5}  # assumed (Table I missing)
-
-
-def wiola_layer(num_heads: int, head_dim: int, num_kv_heads: int, *, gcla: str | None = "causal",
-                merge: str | None = None) -> MixerSpec:
-    """A Wiola attention layer: SRPE, GQA and the sigmoid output gate, with GCLA in mode ``gcla`` and
-    ATM in mode ``merge`` (None = off)."""
-    data = get_preset("softmax").model_dump()
-    data["name"] = "wiola_attn" if merge is None else "wiola_attn_atm"
-    data["layer"].update(num_heads=num_heads, head_dim=head_dim)
-    data["layer"]["attention"].update(num_kv_heads=num_kv_heads, rope=WIOLA_SRPE, output_gate=True,
-                                      cross_layer=None if gcla is None else {"mode": gcla},
-                                      token_merge=None if merge is None else {"mode": merge, "tau": 0.92})
-    return MixerSpec.model_validate(data)
+WIOLA_SRPE = {"k_s": 4.0, "a_s": 0.1, "f_s": 0.5}  # assumed (Table I missing)
 
 
 def wiola_config(d: int, n_layers: int, vocab: int, heads: int, kv: int, hidden_a: int, hidden_b: int, *,
                  mode: str = "causal", gcla_mode: str | None = None, atm_mode: str | None = None) -> HybridConfig:
-    """The Wiola stack (module docstring); ``gcla_mode`` / ``atm_mode`` override ``mode`` per component."""
+    """The Wiola stack (module docstring): softmax attention layers with the extensions wiola_attention
+    (SRPE, the output gate, GCLA in mode ``gcla_mode``, ATM in mode ``atm_mode`` on the middle third),
+    dsff and wiola_norm; ``gcla_mode`` / ``atm_mode`` default to ``mode``."""
     lo, hi = n_layers // 3, 2 * n_layers // 3  # ATM: the middle third
-    layers = [wiola_layer(heads, d // heads, kv, gcla=gcla_mode or mode, merge=(atm_mode or mode) if lo <= i < hi
-                          else None) for i in range(n_layers)]
-    return HybridConfig(d_model=d, vocab_size=vocab, layers=layers, block_norm="wiola",
-                        mlp_kind=DSFFOptions(hidden_a=hidden_a, hidden_b=hidden_b), tie_embeddings=True)
+    attention = {"kind": "wiola_attention", "srpe": WIOLA_SRPE, "output_gate": True,
+                 "cross_layer": {"mode": gcla_mode or mode}}
+    return HybridConfig(d_model=d, vocab_size=vocab, layers="attn", n_layers=n_layers, num_heads=heads,
+                        overrides={"attn": {"attention": {"num_kv_heads": kv}}}, tie_embeddings=True, extensions=[
+                            {**attention, "layers": [i for i in range(n_layers) if not lo <= i < hi]},
+                            {**attention, "layers": list(range(lo, hi)),
+                             "token_merge": {"mode": atm_mode or mode, "tau": 0.92}},
+                            {"kind": "dsff", "hidden_a": hidden_a, "hidden_b": hidden_b},
+                            {"kind": "wiola_norm"}])
 
 
 def _registry() -> dict[str, Callable[[], HybridConfig]]:

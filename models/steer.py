@@ -1,8 +1,8 @@
 """Spectral steering of a block's residual update (seed 003 §7.1, ST-1's hierarchical steering).
 
-A block with ``steer`` replaces its update Δ = y − x along the sequence axis by a filtered one,
-y = x + F(Δ). The cutoff is a frequency of the training length T₀ = ``seq_len``: bin ``cutoff`` of a
-length-T₀ rfft, i.e. cutoff / T₀ cycles per token.
+A block with the extension ``steer`` (models/extensions.py) replaces its update Δ = y − x along
+the sequence axis by a filtered one, y = x + F(Δ). The cutoff is a frequency of the training length
+T₀ = ``seq_len``: bin ``cutoff`` of a length-T₀ rfft, i.e. cutoff / T₀ cycles per token.
 
     mode circular (as written)   lowpass: keep the rfft bins k ≤ ⌊cutoff · T / T₀⌋ of Δ over the whole
                                  sequence of length T; highpass: keep the bins above. Every output
@@ -28,7 +28,7 @@ class SteerConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # every float finite
 
-    kind: Literal["lowpass", "highpass"] = Field(description="keep the frequencies below (lowpass) or above the cutoff")
+    band: Literal["lowpass", "highpass"] = Field(description="keep the frequencies below (lowpass) or above the cutoff")
     cutoff: int = Field(gt=0, description="the cutoff as an rfft bin of a length-seq_len sequence (ST-1: 8, 16, 32)")
     mode: Literal["circular", "causal"] = Field(description="circular: rfft mask over the whole sequence (as "
                                                 "written, sees the future); causal: moving average / its complement")
@@ -58,7 +58,7 @@ def circular_filter(u: torch.Tensor, cfg: SteerConfig) -> torch.Tensor:
     T = u.shape[1]
     k_c = (cfg.cutoff * T) // cfg.seq_len
     low = torch.arange(T // 2 + 1, device=u.device) <= k_c                  # [bins]
-    keep = low if cfg.kind == "lowpass" else ~low
+    keep = low if cfg.band == "lowpass" else ~low
     spec = torch.fft.rfft(u, dim=1) * keep[None, :, None].to(u.dtype)
     return torch.fft.irfft(spec, n=T, dim=1)
 
@@ -90,7 +90,7 @@ class Steer(nn.Module):
         w = self.cfg.window
         history = None if state is None else state.history
         low = causal_moving_average(u, w, history)
-        out = low if self.cfg.kind == "lowpass" else u - low
+        out = low if self.cfg.band == "lowpass" else u - low
         if not return_state:
             return out, None
         seen = u if history is None else torch.cat([history, u], dim=1)
@@ -98,3 +98,27 @@ class Steer(nn.Module):
         if keep.shape[1] < w - 1:                                            # fewer than w − 1 tokens so far
             keep = torch.cat([u.new_zeros(u.shape[0], w - 1 - keep.shape[1], u.shape[2]), keep], dim=1)
         return out, SteerState(keep)
+
+
+class SteeredUpdate(nn.Module):
+    """A steered block's output y = x + F(h − x) from its input x and h = x + its update (the block
+    extension ``steer``'s residual hook, models/extensions.py)."""
+
+    def __init__(self, cfg: SteerConfig):
+        super().__init__()
+        self.steer = Steer(cfg)
+
+    def check_continue(self, layer_idx: int) -> None:
+        """Refuse to continue a decode in mode circular (it filters over the whole sequence)."""
+        if self.steer.cfg.mode == "circular":
+            raise ValueError(f"layer {layer_idx}: steer mode circular (as written) filters over the whole "
+                             f"sequence, future included: it has no incremental decode; use mode: causal")
+
+    def forward(self, x: torch.Tensor, h: torch.Tensor, *, state: SteerState | None = None,
+                mask: torch.Tensor | None = None, return_state: bool = True):
+        """x, h [B, T, d] -> (y [B, T, d], SteerState or None)."""
+        if mask is not None:
+            raise ValueError("a steered block filters along the sequence, so padding would shift it; pass sequences "
+                             "of equal length without padding")
+        delta, state = self.steer(h - x, state=state, return_state=return_state)
+        return x + delta, state

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from assocmem.memories.deprecation import moved, names_in
 from assocmem.mixers.cli_types import non_negative_float, positive_float, positive_int
 
 from . import eval_cli, sounding
@@ -222,7 +221,3 @@ def _capacity(args) -> Path:
     write_json(out, "capacity", {"key_dim": args.key_dim, "value_dim": args.value_dim,
                                   "curves": [c.to_json() for c in curves]})
     return out
-
-
-# ------------------------------------------------------------------ old paths (removed in 0.2.0)
-__getattr__ = moved(__name__, names_in("assocmem.probes.io", "prepare_out", "load_model"))

@@ -4,8 +4,7 @@
 2. The import graph between modules has no cycle.
 3. No ``from x import _private`` across files.
 4. A higher floor is named by string (``importlib``) only where that is the point: the ``assocmem``
-   dispatcher's table of subcommand modules, and the deprecation shims of moved modules
-   (``memories/deprecation.py``), which import their new home only when an old path is used.
+   dispatcher's table of subcommand modules.
 5. The experiments (``probes/experiments/``) are a one-way annex: no module outside it imports it,
    and only the dispatcher names it, by string, once (its command registration, ``ANNEX_ENTRY``).
 """
@@ -14,8 +13,6 @@ from __future__ import annotations
 import ast
 import re
 from pathlib import Path
-
-import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 FLOORS = ("memories", "mixers", "models", "training", "probes")
@@ -74,13 +71,6 @@ def _imports(module: str) -> list[tuple[str, list[str]]]:
     return out
 
 
-def _is_shim(tree: ast.Module) -> bool:
-    """A module whose ``__getattr__`` forwards moved names (``memories/deprecation.moved``)."""
-    return any(isinstance(n, ast.Assign) and any(getattr(t, "id", None) == "__getattr__" for t in n.targets)
-               and isinstance(n.value, ast.Call) and getattr(n.value.func, "id", None) == "moved"
-               for n in tree.body)
-
-
 def _named_modules(tree: ast.Module) -> set[str]:
     """Module names held in string constants, docstrings excepted."""
     docstrings = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
@@ -135,11 +125,10 @@ def test_no_private_name_is_imported_across_files():
     assert private == []
 
 
-def test_a_higher_floor_is_named_by_string_only_in_the_dispatcher_and_the_shims():
+def test_a_higher_floor_is_named_by_string_only_in_the_dispatcher():
     named = {m: {t for t in _named_modules(tree) if _floor(t) > _floor(m)} for m, (_, tree) in MODULES.items()}
     named = {m: ts for m, ts in named.items() if ts}
-    shims = {m for m in named if _is_shim(MODULES[m][1])}
-    assert set(named) - shims == {DISPATCHER}
+    assert set(named) == {DISPATCHER}
     assert named[DISPATCHER] == {"assocmem.probes.cli", "assocmem.probes.demo", "assocmem.probes.lm_eval_cli",
                                  ANNEX_ENTRY}
 
@@ -163,8 +152,3 @@ def test_only_the_dispatcher_names_the_experiments_and_only_their_entry():
     assert {m: ts for m, ts in named.items() if ts} == {DISPATCHER: {ANNEX_ENTRY}}
 
 
-@pytest.mark.parametrize("module", ["assocmem.memories.cli", "assocmem.mixers.bench", "assocmem.models.bench"])
-def test_a_shim_is_all_its_module_holds(module):
-    """The old paths on lower floors are shims only: a docstring, the import and the __getattr__."""
-    _, tree = MODULES[module]
-    assert _is_shim(tree) and len(tree.body) == 3

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class DSFFOptions(BaseModel):
-    """DSFF as a block's MLP (``HybridConfig.mlp_kind``): the two stream widths, both required."""
+    """DSFF as a block's MLP (the block extension ``dsff``, models/extensions.py): the two stream widths."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -146,13 +146,12 @@ def gqa_flops_claim(seq_len: int = T_CLAIM, heads: int = 16, kv_heads: int = 4, 
 
 def gcla_overhead_claim() -> dict:
     """Eq. 41 / §VII-D: GCLA's cost over the same attention layer without it (paper: Λ/T ≈ 0.1 %)."""
-    from assocmem.mixers.attention import Attention
-    from assocmem.mixers.wiola import GCLAOptions
+    from assocmem.mixers.wiola import GCLAOptions, WiolaAttention
     from torch.utils.flop_counter import FlopCounterMode
 
     def layer_flops(**options) -> int:
         with torch.device("meta"):
-            attn = Attention(1024, num_heads=16, head_dim=64, num_kv_heads=4, **options).to(torch.bfloat16)
+            attn = WiolaAttention(1024, num_heads=16, head_dim=64, num_kv_heads=4, **options).to(torch.bfloat16)
             x = torch.zeros(1, T_CLAIM, 1024, dtype=torch.bfloat16)
             with FlopCounterMode(display=False) as counter:
                 attn(x, streams=[x, x], return_state=False)

@@ -238,10 +238,6 @@ def test_module_short_conv_refuses_padding_it_cannot_represent():
     _, st = m(x)
     with pytest.raises(ValueError, match="left padding only"):
         m(x, state=st, mask=torch.tensor([[True] * 5, [False] + [True] * 4]))  # padding after a cache
-    from assocmem.mixers.wiola.atm import ATMOptions
-
-    with pytest.raises(ValueError, match="token_merge.*short_conv"):
-        _module(short_conv=True, token_merge=ATMOptions(mode="causal", tau=0.5))
 
 
 def test_module_bad_config():

@@ -1,5 +1,6 @@
 """LayerOptions: shared fields at the top, ``attention:`` and ``sca:`` sub-models; the flat keys of
-earlier releases still load (with a DeprecationWarning), in specs, hybrid configs and checkpoints."""
+the earlier layout are refused in code and YAML, and converted when a saved model is loaded
+(models/upgrade.py), a flat key winning over the nested one as it did."""
 from __future__ import annotations
 
 import json
@@ -8,7 +9,7 @@ import pytest
 import torch
 
 from assocmem.mixers import LayerOptions, MixerSpec, get_preset
-from assocmem.mixers.spec import FLAT_KEYS
+from assocmem.models.upgrade import FLAT_KEYS, upgrade_hybrid
 
 NESTED = dict(num_heads=2, attention=dict(num_kv_heads=1, rope=False, rope_theta=500.0, qk_norm="rmsnorm"),
               sca=dict(expand=2.0, out_expand=2, query_heads=1, maxlen=64))
@@ -16,35 +17,30 @@ FLAT = dict(num_heads=2, num_kv_heads=1, rope=False, rope_theta=500.0, qk_rmsnor
             sca_out_expand=2, sca_query_heads=1, sca_maxlen=64)
 
 
-def test_flat_keys_load_as_their_nested_fields_with_a_warning():
-    assert set(FLAT_KEYS) == set(FLAT) - {"num_heads"}
-    with pytest.warns(DeprecationWarning, match=r"flat keys are deprecated.*qk_rmsnorm -> attention.qk_norm"):
-        old = LayerOptions.model_validate(FLAT)
-    assert old == LayerOptions.model_validate(NESTED)
-    assert LayerOptions.model_validate(old.model_dump()) == old  # written back nested, read without a warning
-
-
-def test_flat_attributes_read_the_nested_fields_with_a_warning():
-    opts = LayerOptions.model_validate(NESTED)
-    for key, (sub, new, _) in FLAT_KEYS.items():
-        with pytest.warns(DeprecationWarning, match=rf"LayerOptions.{key} is deprecated.*use .{sub}.{new}"):
-            value = getattr(opts, key)
-        assert value == (True if key == "qk_rmsnorm" else getattr(getattr(opts, sub), new))
-
-
-def test_a_flat_key_wins_over_the_nested_one_and_unknown_keys_are_refused():
-    with pytest.warns(DeprecationWarning):
-        opts = LayerOptions.model_validate({"attention": {"rope": False, "rope_theta": 3.0}, "rope_theta": 7.0})
-    assert (opts.attention.rope, opts.attention.rope_theta) == (False, 7.0)
+def test_flat_keys_are_refused_in_code_and_yaml():
+    with pytest.raises(ValueError, match="qk_rmsnorm\n  Extra inputs are not permitted"):
+        LayerOptions.model_validate(FLAT)
+    text = get_preset("softmax").to_yaml().replace("layer:\n", "layer:\n  num_kv_heads: 2\n", 1)
+    with pytest.raises(ValueError, match="num_kv_heads\n  Extra inputs are not permitted"):
+        MixerSpec.from_yaml(text)
     with pytest.raises(ValueError, match="Extra inputs are not permitted"):
         LayerOptions.model_validate({"attention": {"qk_rmsnorm": True}})
 
 
-def test_a_spec_yaml_with_flat_keys_loads():
-    text = get_preset("softmax").to_yaml().replace("layer:\n", "layer:\n  num_kv_heads: 2\n  qk_rmsnorm: true\n", 1)
-    with pytest.warns(DeprecationWarning):
-        spec = MixerSpec.from_yaml(text)
-    assert (spec.layer.attention.num_kv_heads, spec.layer.attention.qk_norm) == (2, "rmsnorm")
+def test_a_saved_config_with_flat_keys_converts_to_the_nested_fields():
+    assert set(FLAT_KEYS) == set(FLAT) - {"num_heads"}
+    spec = get_preset("softmax").model_dump(mode="json")
+    spec["layer"] = FLAT
+    old = {"d_model": 16, "vocab_size": 32, "layers": [spec], "overrides": {"attn": {"sca_maxlen": 8}}}
+    new = upgrade_hybrid(old)
+    assert LayerOptions.model_validate(new["layers"][0]["layer"]) == LayerOptions.model_validate(NESTED)
+    assert new["overrides"] == {"attn": {"sca": {"maxlen": 8}}}
+    assert old["layers"][0]["layer"] == FLAT  # the saved dict is left as it was
+
+
+def test_a_flat_key_wins_over_the_nested_one():
+    old = {"layers": "attn", "overrides": {"attn": {"attention": {"rope": False, "rope_theta": 3.0}, "rope_theta": 7.0}}}
+    assert upgrade_hybrid(old)["overrides"]["attn"] == {"attention": {"rope": False, "rope_theta": 7.0}}
 
 
 def test_a_checkpoint_saved_with_flat_keys_loads_with_the_same_logits(tmp_path):
@@ -64,8 +60,7 @@ def test_a_checkpoint_saved_with_flat_keys_loads_with_the_same_logits(tmp_path):
     config["hybrid"]["overrides"] = {"attn": {"num_heads": 4, "head_dim": 8, "num_kv_heads": 2},
                                      "sca": {"num_heads": 2, "sca_expand": 1.0, "sca_maxlen": 32}}
     (tmp_path / "config.json").write_text(json.dumps(config))
-    with pytest.warns(DeprecationWarning, match="num_kv_heads -> attention.num_kv_heads"):
-        loaded = AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path).eval()
     ids = torch.randint(0, 64, (2, 11))
     with torch.no_grad():
         torch.testing.assert_close(loaded(ids).logits, model(ids).logits, atol=0, rtol=0)

@@ -94,8 +94,9 @@ def test_an_8_layer_hybrid_resolves_its_pattern_once(monkeypatch):
     from assocmem.models import config as hybrid_config
 
     calls = {"expand": 0, "preset": [], "plan": 0}
-    expand, preset, plan = hybrid_config._expand, hybrid_config.get_preset, HybridConfig._resolve_plan
-    monkeypatch.setattr(hybrid_config, "_expand", lambda p: calls.__setitem__("expand", calls["expand"] + 1) or expand(p))
+    expand, preset, plan = hybrid_config.expand_pattern, hybrid_config.get_preset, HybridConfig._resolve_plan
+    monkeypatch.setattr(hybrid_config, "expand_pattern",
+                        lambda p: calls.__setitem__("expand", calls["expand"] + 1) or expand(p))
     monkeypatch.setattr(hybrid_config, "get_preset", lambda n: calls["preset"].append(n) or preset(n))
     monkeypatch.setattr(HybridConfig, "_resolve_plan",
                         lambda self, e: calls.__setitem__("plan", calls["plan"] + 1) or plan(self, e))

@@ -23,27 +23,27 @@ def dft_lowpass_projector(T: int, k_c: int) -> torch.Tensor:
 @pytest.mark.parametrize("T,seq_len,cutoff,k_c", [(32, 32, 4, 4), (31, 31, 5, 5), (64, 32, 4, 8), (16, 32, 8, 4)])
 def test_circular_lowpass_is_the_projection_onto_the_low_band_and_highpass_its_complement(T, seq_len, cutoff, k_c):
     u = torch.randn(2, T, 3, generator=torch.Generator().manual_seed(T), dtype=torch.float64)
-    low = circular_filter(u, SteerConfig(kind="lowpass", cutoff=cutoff, mode="circular", seq_len=seq_len))
+    low = circular_filter(u, SteerConfig(band="lowpass", cutoff=cutoff, mode="circular", seq_len=seq_len))
     expected = torch.einsum("ts,bsc->btc", dft_lowpass_projector(T, k_c), u)
     torch.testing.assert_close(low, expected, **F64)
-    high = circular_filter(u, SteerConfig(kind="highpass", cutoff=cutoff, mode="circular", seq_len=seq_len))
+    high = circular_filter(u, SteerConfig(band="highpass", cutoff=cutoff, mode="circular", seq_len=seq_len))
     torch.testing.assert_close(low + high, u, **F64)
 
 
 def test_causal_lowpass_is_the_moving_average_and_highpass_the_rest():
     u = torch.randn(2, 13, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
-    cfg = SteerConfig(kind="lowpass", cutoff=8, mode="causal", seq_len=32)      # w = 4
+    cfg = SteerConfig(band="lowpass", cutoff=8, mode="causal", seq_len=32)      # w = 4
     assert cfg.window == 4
     direct = torch.stack([u[:, max(0, t - 3):t + 1].sum(1) / 4 for t in range(13)], dim=1)
     low, _ = Steer(cfg)(u)
     torch.testing.assert_close(low, direct, **F64)
     torch.testing.assert_close(causal_moving_average(u, 4), direct, **F64)
-    high, _ = Steer(cfg.model_copy(update={"kind": "highpass"}))(u)
+    high, _ = Steer(cfg.model_copy(update={"band": "highpass"}))(u)
     torch.testing.assert_close(high, u - direct, **F64)
 
 
 def test_causal_steer_decode_equals_the_full_filter():
-    cfg = SteerConfig(kind="highpass", cutoff=4, mode="causal", seq_len=32)     # w = 8
+    cfg = SteerConfig(band="highpass", cutoff=4, mode="causal", seq_len=32)     # w = 8
     steer, u = Steer(cfg), torch.randn(2, 11, 3, dtype=torch.float64)
     full, _ = steer(u)
     y, st = steer(u[:, :3])
@@ -55,26 +55,29 @@ def test_causal_steer_decode_equals_the_full_filter():
 
 
 def _hybrid(steer: dict, **kw) -> HybridConfig:
-    return HybridConfig(d_model=16, vocab_size=40, layers="attn,gdn", num_heads=2, mlp_ratio=2, steer=steer, **kw)
+    """A two-layer hybrid with the extension steer on the layers of ``steer`` ({layer: options})."""
+    extensions = [{"kind": "steer", "layers": [i], **options} for i, options in steer.items()]
+    return HybridConfig(d_model=16, vocab_size=40, layers="attn,gdn", num_heads=2, mlp_ratio=2, extensions=extensions,
+                        **kw)
 
 
 def test_a_full_band_circular_steer_leaves_the_model_unchanged():
     torch.manual_seed(0)
     plain = build_model(_hybrid({})).double().eval()
-    steered = build_model(_hybrid({0: {"kind": "lowpass", "cutoff": 8, "mode": "circular", "seq_len": 16},
-                                   1: {"kind": "lowpass", "cutoff": 8, "mode": "circular", "seq_len": 16}})).double()
+    steered = build_model(_hybrid({0: {"band": "lowpass", "cutoff": 8, "mode": "circular", "seq_len": 16},
+                                   1: {"band": "lowpass", "cutoff": 8, "mode": "circular", "seq_len": 16}})).double()
     steered.load_state_dict(plain.state_dict())
     ids = torch.randint(0, 40, (2, 16))
     torch.testing.assert_close(steered.eval()(ids).logits, plain(ids).logits, **F64)
-    cut = build_model(_hybrid({0: {"kind": "lowpass", "cutoff": 2, "mode": "circular", "seq_len": 16}})).double()
+    cut = build_model(_hybrid({0: {"band": "lowpass", "cutoff": 2, "mode": "circular", "seq_len": 16}})).double()
     cut.load_state_dict(plain.state_dict())
     assert (cut.eval()(ids).logits - plain(ids).logits).abs().max() > 1e-3
 
 
 def test_a_causally_steered_model_decodes_like_its_full_forward_and_round_trips(tmp_path):
     torch.manual_seed(1)
-    steer = {0: {"kind": "lowpass", "cutoff": 4, "mode": "causal", "seq_len": 16},
-             1: {"kind": "highpass", "cutoff": 2, "mode": "causal", "seq_len": 16}}
+    steer = {0: {"band": "lowpass", "cutoff": 4, "mode": "causal", "seq_len": 16},
+             1: {"band": "highpass", "cutoff": 2, "mode": "causal", "seq_len": 16}}
     model = build_model(_hybrid(steer)).double().eval()
     ids = torch.randint(0, 40, (2, 12))
     full = model(ids).logits
@@ -86,12 +89,13 @@ def test_a_causally_steered_model_decodes_like_its_full_forward_and_round_trips(
     torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-10, rtol=0)
     model.save_pretrained(tmp_path / "m")
     again = AssocMemForCausalLM.from_pretrained(tmp_path / "m").double().eval()
-    assert again.config.hybrid_config.steer[1].kind == "highpass"
+    steering = [(e.layers, e.band) for e in again.config.hybrid_config.extensions]
+    assert steering == [([0], "lowpass"), ([1], "highpass")]
     torch.testing.assert_close(again(ids).logits, full, atol=0, rtol=0)
 
 
 def test_circular_steer_refuses_decode_and_padding_is_refused():
-    model = build_model(_hybrid({1: {"kind": "lowpass", "cutoff": 2, "mode": "circular", "seq_len": 16}})).eval()
+    model = build_model(_hybrid({1: {"band": "lowpass", "cutoff": 2, "mode": "circular", "seq_len": 16}})).eval()
     out = model(torch.randint(0, 40, (1, 6)), use_cache=True)
     with pytest.raises(ValueError, match="no incremental decode"):
         model(torch.randint(0, 40, (1, 1)), cache=output_cache(out), use_cache=True)
@@ -100,9 +104,9 @@ def test_circular_steer_refuses_decode_and_padding_is_refused():
 
 
 @pytest.mark.parametrize("steer,match", [
-    ({5: {"kind": "lowpass", "cutoff": 2, "mode": "causal", "seq_len": 16}}, r"steer \[5\] out of range"),
-    ({0: {"kind": "lowpass", "cutoff": 9, "mode": "causal", "seq_len": 16}}, "exceeds the Nyquist bin 8"),
-    ({0: {"kind": "bandpass", "cutoff": 2, "mode": "causal", "seq_len": 16}}, "lowpass"),
+    ({5: {"band": "lowpass", "cutoff": 2, "mode": "causal", "seq_len": 16}}, r"extensions\[0\] \(steer\) layers \[5\] out of range"),
+    ({0: {"band": "lowpass", "cutoff": 9, "mode": "causal", "seq_len": 16}}, "exceeds the Nyquist bin 8"),
+    ({0: {"band": "bandpass", "cutoff": 2, "mode": "causal", "seq_len": 16}}, "lowpass"),
 ])
 def test_bad_steering_is_refused(steer, match):
     with pytest.raises(ValueError, match=match):

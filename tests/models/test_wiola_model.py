@@ -8,8 +8,7 @@ import math
 import pytest
 import torch
 
-from assocmem.mixers.attention import Attention
-from assocmem.mixers.wiola import ATMOptions, GCLAOptions, SRPEOptions, WiolaRMSNorm
+from assocmem.mixers.wiola import ATMOptions, GCLAOptions, SRPEOptions, WiolaAttention, WiolaRMSNorm
 from assocmem.models import build_model, output_cache
 from assocmem.models.presets import wiola_config
 from assocmem.probes.causality import model_causality, model_causality_in_modes, probe_ids
@@ -95,7 +94,7 @@ def test_threshold_above_one_is_the_model_without_atm():
 
 def _attention(**options):
     torch.manual_seed(0)
-    return Attention(16, num_heads=4, head_dim=4, num_kv_heads=2, rope=SRPE, **options).double()
+    return WiolaAttention(16, num_heads=4, head_dim=4, num_kv_heads=2, srpe=SRPE, **options).double()
 
 
 @torch.no_grad()
@@ -121,6 +120,11 @@ def test_output_gate_multiplies_the_heads_before_the_output_projection():
     expected = torch.nn.functional.linear(captured["o"] * torch.sigmoid(x @ gated.gate_proj.weight.T),
                                           gated.o_proj.weight)
     torch.testing.assert_close(gated(x)[0], expected, atol=1e-14, rtol=0)
+
+
+def test_token_merge_is_refused_with_short_conv():
+    with pytest.raises(ValueError, match="token_merge.*short_conv"):
+        _attention(short_conv=True, token_merge=ATMOptions(mode="causal", tau=0.5))
 
 
 @torch.no_grad()
@@ -175,7 +179,7 @@ def test_wiola_360m_shape():
     layers = model.model.layers
     assert len(layers) == 16 and model.config.hidden_size == 1024 and model.config.vocab_size == 32000
     attn = layers[0].mixer
-    assert (attn.H, attn.Hkv, attn.K) == (16, 4, 64) and isinstance(attn.rope, SRPEOptions)
+    assert (attn.H, attn.Hkv, attn.K) == (16, 4, 64) and isinstance(attn.srpe, SRPEOptions)
     assert [i for i, b in enumerate(layers) if b.mixer.token_merge is not None] == [5, 6, 7, 8, 9]
     offsets = sum(p.numel() for n, p in model.named_parameters() if n.endswith("offset"))
     assert offsets == 2 * 16 * 1024 + 1024  # the paper's 2·L·d = 32,768, plus the final norm

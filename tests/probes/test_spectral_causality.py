@@ -21,10 +21,10 @@ def test_circular_foh_leaks_from_position_0_and_causal_foh_is_causal_to_rounding
 
 def _steered(mode: str) -> torch.nn.Module:
     torch.manual_seed(0)
-    steer = {0: {"kind": "lowpass", "cutoff": 2, "mode": mode, "seq_len": 16},
-             1: {"kind": "highpass", "cutoff": 4, "mode": mode, "seq_len": 16}}
+    steer = [{"kind": "steer", "layers": [0], "band": "lowpass", "cutoff": 2, "mode": mode, "seq_len": 16},
+             {"kind": "steer", "layers": [1], "band": "highpass", "cutoff": 4, "mode": mode, "seq_len": 16}]
     return build_model(HybridConfig(d_model=16, vocab_size=40, layers="attn", n_layers=2, num_heads=2,
-                                    mlp_ratio=2, steer=steer)).double().eval()
+                                    mlp_ratio=2, extensions=steer)).double().eval()
 
 
 def test_steering_as_written_leaks_and_causal_steering_is_causal_bit_for_bit():
