@@ -7,27 +7,12 @@ import importlib
 import pytest
 
 MOVED = [  # (old module, old name, new module, new name)
-    ("assocmem.memories.cli", "main", "assocmem.mixers.cli", "derive_main"),
-    ("assocmem.memories.cli", "register", "assocmem.mixers.cli", "register_derive"),
-    ("assocmem.mixers.verify_cli", "main", "assocmem.mixers.cli", "verify_main"),
-    ("assocmem.mixers.verify_cli", "register", "assocmem.mixers.cli", "register_verify"),
-    ("assocmem.mixers.verify_cli", "print_table", "assocmem.mixers.cli", "print_table"),
     ("assocmem.mixers.bench", "run_bench", "assocmem.training.bench.forms", "run_bench"),
     ("assocmem.mixers.bench", "chunk_flops", "assocmem.training.bench.forms", "chunk_flops"),
     ("assocmem.mixers.bench", "time_round_robin", "assocmem.training.bench.timing", "time_round_robin"),
     ("assocmem.mixers.bench", "measure_round_robin", "assocmem.training.bench.timing", "measure_round_robin"),
     ("assocmem.mixers.breakdown", "breakdown", "assocmem.training.bench.breakdown", "breakdown"),
     ("assocmem.mixers.breakdown", "KINDS", "assocmem.training.bench.breakdown", "KINDS"),
-    ("assocmem.models.bench", "run_decode_bench", "assocmem.training.bench.decode", "run_decode_bench"),
-    ("assocmem.models.bench", "bench_config", "assocmem.training.bench.decode", "bench_config"),
-    ("assocmem.models.bench", "register_decode", "assocmem.training.bench.cli", "register_decode"),
-    ("assocmem.training.bench_train", "run_train_bench", "assocmem.training.bench.train", "run_train_bench"),
-    ("assocmem.training.bench_train", "register_train", "assocmem.training.bench.cli", "register_train"),
-    ("assocmem.training.bench_cli", "output_problem", "assocmem.training.bench.cli", "output_problem"),
-    ("assocmem.training.demo", "fresh_dir", "assocmem.probes.demo", "fresh_dir"),
-    ("assocmem.training.demo", "main", "assocmem.probes.demo", "main"),
-    ("assocmem.probes.cli", "prepare_out", "assocmem.probes.io", "prepare_out"),
-    ("assocmem.probes.cli", "load_model", "assocmem.probes.io", "load_model"),
     ("assocmem.mixers.references", "hand_written", "assocmem.mixers.lower", "hand_written"),
     ("assocmem.mixers.references", "with_lr", "assocmem.mixers.lower", "with_lr"),
     ("assocmem.mixers.attention", "RMSNorm", "assocmem.mixers.norm", "RMSNorm"),
@@ -44,9 +29,7 @@ def test_old_path_warns_and_returns_the_new_object(old, name, new, new_name):
     assert got is getattr(importlib.import_module(new), new_name)
 
 
-SHIMS = ["assocmem.memories.cli", "assocmem.mixers.verify_cli", "assocmem.mixers.bench", "assocmem.mixers.breakdown",
-         "assocmem.models.bench", "assocmem.training.bench_train", "assocmem.training.bench_cli", "assocmem.training.demo",
-         "assocmem.probes.cli", "assocmem.mixers.references", "assocmem.mixers.attention"]
+SHIMS = ["assocmem.mixers.bench", "assocmem.mixers.breakdown", "assocmem.mixers.references", "assocmem.mixers.attention"]
 
 
 @pytest.mark.parametrize("old", SHIMS)

@@ -56,3 +56,13 @@ def test_model_classes_load_on_first_access(saved_folder):
 def test_an_unknown_attribute_is_an_attribute_error():
     out = _run("import assocmem\ntry:\n    assocmem.NoSuchThing\nexcept AttributeError as err:\n    print(err)")
     assert out == "module 'assocmem' has no attribute 'NoSuchThing'"
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["derive", "--help"], ["verify", "--help"], ["train", "--help"],
+                                  ["bench", "breakdown", "--help"]], ids=" ".join)
+def test_help_imports_neither_torch_nor_transformers(argv):
+    """The parsers (cli/) import argparse and stdlib only; the library is imported by a command's handler."""
+    out = _run("import sys\nfrom assocmem.cli import main\n"
+               f"try:\n    main({argv!r})\nexcept SystemExit as stop:\n    assert stop.code == 0, stop.code\n"
+               "print(sorted({'transformers', 'torch'} & set(sys.modules)))")
+    assert out.endswith("\n[]") and "usage: assocmem" in out
