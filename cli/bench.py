@@ -124,7 +124,7 @@ def _mixers(args: argparse.Namespace) -> int:
 
     from assocmem.training.bench.forms import FAMILIES, markdown_table, median_rows, ratio_table, run_bench
 
-    if args.threads is not None:  # (counts are checked by argparse: cli_types.positive_int)
+    if args.threads is not None:  # (counts are checked by argparse: cli/types.py positive_int)
         torch.set_num_threads(args.threads)
     if args.device == "cuda" and not torch.cuda.is_available():
         print("assocmem bench mixers: --device cuda needs a CUDA build of torch and a GPU; this torch "
