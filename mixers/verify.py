@@ -16,6 +16,7 @@ order, a spec is also compared with the OTHER ordering, which must differ.
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import asdict, dataclass
 from typing import Callable
 
@@ -393,3 +394,13 @@ def _layer_pair(spec, label, device, dtype, env, mixer_cls, seed) -> list[PairRe
 
     pair = f"layer: backend fla vs torch [{device.type}, {str(dtype).removeprefix('torch.')}]"
     return [_result(label, pair, LAYER_RTOL[dtype], measure)]
+
+
+def print_table(results: list[PairResult], out=None) -> None:
+    """One line per pair: preset, pair, max abs error, tolerance, verdict (``assocmem verify``'s table)."""
+    out = out or sys.stdout
+    w = max(len(r.pair) for r in results)
+    print(f"{'preset':22s}  {'pair':{w}s}  {'max abs error':>13s}  {'tol':>7s}  result", file=out)
+    for r in results:
+        verdict = ("pass" if r.passed else "FAIL") + (" (differs as expected)" if r.expect == "differ" and r.passed else "")
+        print(f"{r.preset:22s}  {r.pair:{w}s}  {r.max_abs_error:13.2e}  {r.tolerance:7.0e}  {verdict}", file=out)

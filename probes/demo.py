@@ -10,11 +10,8 @@ A few minutes on a 2-core CPU.
 """
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
-
-from assocmem.mixers.cli_types import positive_int
 
 USER_SPEC = {
     "name": "huber_key_momentum",
@@ -23,13 +20,6 @@ USER_SPEC = {
     "retention": {"kind": "l2_decay", "gate": "key"},
     "optimizer": {"kind": "momentum", "eta": 0.8, "lr": 0.5},
 }
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("demo", help="derive, verify, train and probe on built-in defaults", description=__doc__)
-    p.add_argument("--out", type=Path, default=Path("runs/demo"), help="output folder (a new one is made)")
-    p.add_argument("--steps", type=positive_int, default=300, help="training steps of the MQAR hybrid (default 300)")
-    p.set_defaults(func=main)
 
 
 def fresh_dir(base: Path) -> Path:
@@ -49,8 +39,7 @@ def _section(title: str) -> None:
 def _derive_and_verify(out: Path) -> bool:
     from assocmem.memories import derive
     from assocmem.mixers import MixerSpec, get_preset
-    from assocmem.mixers.verify import verify
-    from assocmem.mixers.cli import print_table
+    from assocmem.mixers.verify import print_table, verify
 
     specs = [get_preset(n) for n in ("gated_deltanet", "gated_deltanet_joint", "sca")]
     specs.append(MixerSpec.model_validate(USER_SPEC))
@@ -103,10 +92,11 @@ def _probe(out: Path) -> bool:
     return report.causal
 
 
-def main(args: argparse.Namespace) -> int:
-    out = fresh_dir(args.out)
+def run_demo(out: Path, steps: int = 300) -> int:
+    """The four steps into a new folder beside ``out`` (``fresh_dir``); 0 when every check passed, else 1."""
+    out = fresh_dir(out)
     ok = _derive_and_verify(out)
-    _train(out, args.steps)
+    _train(out, steps)
     ok = _probe(out) and ok
     _section("done")
     print(f"outputs in {out}  (verify.json, causality.json, the run folder with its log and curves)")

@@ -2,7 +2,7 @@
 
 lm-eval's ``hf`` backend loads a model with ``AutoModelForCausalLM.from_pretrained``, which knows
 ``model_type: assocmem`` once ``assocmem.models`` is imported; lm-eval's own command cannot import
-us. This wrapper imports it, then hands the command line to lm-eval:
+us. This wrapper imports it, then hands the command line to lm-eval (the parser: cli/eval_harness.py):
 
     assocmem eval-harness runs/NAME --tasks TASK [--model_args tokenizer=FOLDER,dtype=float32] [...]
 
@@ -16,7 +16,6 @@ passes every argument through unchanged. In Python: ``import assocmem`` then
 """
 from __future__ import annotations
 
-import argparse
 import sys
 
 
@@ -52,7 +51,7 @@ def harness_argv(run: str, rest: list[str]) -> list[str]:
     return ["run", "--model", "hf", "--model_args", model_args, *passed]
 
 
-def _lm_eval(argv: list[str]) -> None:
+def run_lm_eval(argv: list[str]) -> None:
     """Run lm-eval's command line ``argv`` in this process (assocmem's Auto classes registered)."""
     import assocmem.models  # noqa: F401  (registers model_type "assocmem" with transformers' Auto classes)
 
@@ -64,37 +63,9 @@ def _lm_eval(argv: list[str]) -> None:
     cli_evaluate()
 
 
-def register(subparsers) -> None:
-    """Add ``eval-harness`` (called by training/cli.py)."""
-    p = subparsers.add_parser(
-        "eval-harness", help="run lm-evaluation-harness on a run folder, a saved model or a Hub id",
-        description="lm-evaluation-harness (hf backend) on RUN; the arguments after RUN go to lm-eval "
-                    "(--tasks, --limit, --batch_size, --output_path, --model_args extra=...). Needs the [eval] extra.")
-    p.add_argument("run", metavar="RUN", help="a run folder (its final/), a save_pretrained folder or a Hub id")
-    p.add_argument("lm_eval_args", nargs=argparse.REMAINDER, metavar="LM_EVAL_ARGS",
-                   help="lm-eval arguments, e.g. --tasks hellaswag --limit 100")
-    p.set_defaults(func=_eval_harness)
-
-
-def _eval_harness(args: argparse.Namespace) -> int:
-    try:
-        argv = harness_argv(args.run, args.lm_eval_args)
-    except (OSError, ValueError) as err:  # a missing folder, an unreachable Hub id, a refused argument
-        print(f"assocmem eval-harness: {err}", file=sys.stderr)
-        return 2
-    try:
-        import lm_eval  # noqa: F401
-    except ImportError as err:
-        print(f"assocmem eval-harness: lm-evaluation-harness is not installed ({err}); pip install "
-              f"'assocmem[eval]' (or make setup-eval)", file=sys.stderr)
-        return 2
-    _lm_eval(argv)
-    return 0
-
-
 def main(argv: list[str] | None = None) -> None:
     """``python -m assocmem.probes.lm_eval_cli ARGS``: lm-eval's command line, unchanged."""
-    _lm_eval(sys.argv[1:] if argv is None else argv)
+    run_lm_eval(sys.argv[1:] if argv is None else argv)
 
 
 if __name__ == "__main__":

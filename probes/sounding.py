@@ -123,39 +123,9 @@ def sounding_hammer(model: nn.Module, data: datasets.Dataset, *, params: list[st
     return [sound(n, g, axis=axis, length=length, top_k=top_k) for n, g in grads.items()]
 
 
-# ---------------------------------------------------------------- command line
-def register(sub) -> None:
-    """``assocmem probe sounding`` (called by probes/cli.py)."""
-    from .io import add_common_flags
-
-    s = sub.add_parser("sounding", help="the sounding hammer (seed 003 §4.4): Fourier regularity ρ of mean gradients",
-                       description="ρ = top-K power / total power of the rfft of the mean gradient E_x[∇_W L] along "
-                                   "an axis, for named parameters of any HF causal LM.")
-    s.add_argument("model", help="a TrainConfig YAML (its model untrained, at its seed, on its data), a run folder "
-                   "(its final model on its data), a saved HF model folder or a model preset (these need --data)")
-    s.add_argument("--params", nargs="+", default=["*"], help="glob patterns of parameter names (default: all)")
-    s.add_argument("--axis", type=int, default=0, help="the axis of each parameter to sound (default 0: rows)")
-    s.add_argument("--length", type=int, default=None, help="sound the first N indices of the axis only")
-    s.add_argument("--top-k", type=int, default=16, help="K of ρ (default 16, the paper's GPT-2 setting)")
-    s.add_argument("--data", help="YAML file holding a `data:` section (or the section itself)")
-    s.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a data field, e.g. --set data.p=97 (repeatable)")
-    s.add_argument("--split", choices=["train", "eval"], default="train", help="which split the mean runs over")
-    s.add_argument("--sequences", type=int, default=None, help="use the first N sequences only (default: all)")
-    s.add_argument("--batch-size", type=int, default=64, help="sequences per backward pass (default 64)")
-    s.add_argument("--threshold", type=float, default=0.6, help="the paper's rule: FGP where ρ > threshold")
-    add_common_flags(s)
-    s.set_defaults(func=_cli)
-
-
-def _cli(args) -> int:
-    from .io import run_command
-
-    return run_command(run_sounding, args)  # a ConfigError is a ValueError
-
-
+# ---------------------------------------------------------------- command line (cli/probe.py)
 def _model_and_data(args):
-    """(model, data section dict, provenance) for the MODEL argument (see ``register``)."""
+    """(model, data section dict, provenance) for the MODEL argument (``assocmem probe sounding``)."""
     from pathlib import Path
 
     import yaml

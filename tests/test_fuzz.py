@@ -23,14 +23,14 @@ from pydantic import BaseModel, ValidationError
 
 from assocmem.memories import GD, Huber, Implicit, Lp, Momentum, Proximal, RetainThenGD, Spectral
 from assocmem.mixers import MixerSpec, get_preset, list_presets
-from assocmem.mixers.cli_types import (finite_float, non_negative_float, non_negative_int, positive_float,
+from assocmem.cli.types import (finite_float, non_negative_float, non_negative_int, positive_float,
                                        positive_int)
 from assocmem.mixers.layer import build_mixer
 from assocmem.mixers.ops import attention, delta, hebbian
 from assocmem.mixers.spec import AttentionOptions, LayerOptions, SCAOptions
 from assocmem.models import HybridConfig
-from assocmem.training.cli import build_parser
-from assocmem.training.cli import main as cli_main
+from assocmem.cli import build_parser
+from assocmem.cli import main as cli_main
 from assocmem.training.config import (ConfigError, MQARData, OptimConfig, TrainLoopConfig, config_from_dict,
                                       set_values)
 

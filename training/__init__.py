@@ -1,7 +1,5 @@
-"""Training hybrids from composed specs, and the command line (kept import-free so that
-``assocmem derive`` stays fast).
-
-    cli.py            the one ``assocmem`` dispatcher (every subcommand, lazily imported)
+"""Training hybrids from composed specs (this file imports nothing: the command line, ``assocmem.cli``,
+reads the bundled configs' names without loading the floor).
 
     config.py         TrainConfig (pydantic, YAML), load_config(path, overrides), --set parsing
     tasks.py          synthetic datasets: mqar_dataset (Zoology), graph_walk_dataset, selective_copy_dataset
@@ -24,8 +22,7 @@
     runlog.py         run folders, log.jsonl, curves.png
     sweep.py          sweep files: labelled axes -> runs, best-over-lr results table
     evaluate.py       evaluate_run(run_dir) behind ``assocmem eval``
-    run_cli.py        ``assocmem train`` / ``assocmem eval``
-    bench/            ``assocmem bench``: cli, forms (mixers), breakdown, decode, train; timing
+    bench/            ``assocmem bench``: forms (mixers), breakdown, scaling, decode, train; timing
     seeds.py          one config over several seeds (``assocmem train CONFIG --seeds ... --result PATH``)
     results.py        result records: the JSON of a reproducible result (write_result, read_result); their
                       registry and ``assocmem reproduce`` live with the experiments (probes/experiments/)

@@ -71,3 +71,17 @@ def split_override(item: str, example: str) -> tuple[str, list[str], str]:
     if not path:
         raise ConfigError(f"--set has an empty key in {item!r}")
     return dotted.strip(), path, raw
+
+
+BUNDLED = Path(__file__).resolve().parent / "configs"  # the example configs shipped with the package
+
+
+def resolve_config(name: str) -> str:
+    """A YAML path, or the name of a config shipped in training/configs/ (with or without .yaml)."""
+    if Path(name).is_file():
+        return name
+    bundled = BUNDLED / (name if name.endswith((".yaml", ".yml")) else f"{name}.yaml")
+    if bundled.is_file():
+        return str(bundled)
+    shipped = sorted(p.stem for p in BUNDLED.glob("*.yaml"))
+    raise ConfigError(f"config file not found: {name} (bundled configs: {shipped})")

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from assocmem.mixers.cli_types import positive_int
+from assocmem.cli.types import positive_int
 from assocmem.training.progress import progress
 
 from .frame import Experiment, Outcome, config_from_flags, run_seeds

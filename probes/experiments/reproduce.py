@@ -1,4 +1,5 @@
-"""``assocmem reproduce --list`` and ``assocmem reproduce NAME [--quick] [--out DIR] [--results DIR]``.
+"""What ``assocmem reproduce --list`` and ``assocmem reproduce NAME [--quick] [--out DIR] [--results DIR]`` run
+(the parser: cli/reproduce.py).
 
 Reruns a registered result (``registry.py``) with its own command into a fresh folder (never
 a folder that holds anything, so no run of the user's is touched), then compares the new
@@ -8,7 +9,6 @@ results folder is ``--results DIR``, by default the one shipped with the package
 """
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
@@ -17,23 +17,6 @@ from pathlib import Path
 
 from . import registry
 from .registry import get, judge, packaged_results, respell, verdict_table
-
-
-def register(subparsers) -> None:
-    """Add the ``reproduce`` subcommand (called by cli.py)."""
-    p = subparsers.add_parser(
-        "reproduce", help="rerun a stored result (RESULTS/NAME.json) and check that its numbers hold",
-        description="Rerun a registered result into a fresh folder and compare it with the stored record: "
-                    "a rerun value holds when it lies within the stored mean ± max(range over seeds, atol) "
-                    "(and above the result's floor, if it has one).")
-    p.add_argument("name", nargs="?", help="result name (see --list)")
-    p.add_argument("--list", action="store_true", help="list the registered results, their commands and cost")
-    p.add_argument("--quick", action="store_true", help="rerun one seed only (the result's quick seeds)")
-    p.add_argument("--seeds", type=int, nargs="+", metavar="S", help="rerun these seeds instead")
-    p.add_argument("--out", help="folder for the rerun (must not exist or be empty; default: a new temporary folder)")
-    p.add_argument("--results", default=None, metavar="DIR",
-                   help="folder of the stored records <NAME>.json (default: the results shipped with assocmem)")
-    p.set_defaults(func=_cli)
 
 
 def _fresh_folder(out: str | None, name: str) -> Path:
@@ -91,7 +74,7 @@ def reproduce(name: str, *, quick: bool = False, seeds: list[int] | None = None,
           f"thread of an idle 2-core AMD EPYC\n  stored by: {stored.command}"
           + (f"\n  (today:    {respell(stored.command)})" if respell(stored.command) != stored.command else "")
           + f"\n  rerun:     assocmem {' '.join(argv)}", flush=True)
-    done = subprocess.run([sys.executable, "-m", "assocmem.training.cli", *argv])
+    done = subprocess.run([sys.executable, "-m", "assocmem.cli", *argv])
     if done.returncode != 0:
         print(f"assocmem reproduce: the command failed (exit {done.returncode}); nothing to compare",
               file=sys.stderr)
@@ -107,17 +90,3 @@ def reproduce(name: str, *, quick: bool = False, seeds: list[int] | None = None,
           f"(stored: {stored.versions.assocmem_commit or '?'} on {stored.versions.machine}; "
           f"rerun: {rerun.versions.assocmem_commit or '?'} on {rerun.versions.machine})\nrerun folder: {rerun_folder}")
     return 0 if held == len(verdicts) else 1
-
-
-def _cli(args: argparse.Namespace) -> int:
-    try:
-        if args.list:
-            print(list_results(args.results), end="")
-            return 0
-        if not args.name:
-            print("assocmem reproduce: give a result name, or --list to see them", file=sys.stderr)
-            return 2
-        return reproduce(args.name, quick=args.quick, seeds=args.seeds, out=args.out, results=args.results)
-    except (KeyError, FileNotFoundError, FileExistsError, ValueError) as err:
-        print(f"assocmem reproduce: {err.args[0] if isinstance(err, KeyError) else err}", file=sys.stderr)
-        return 2

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from assocmem.mixers.cli_types import non_negative_float, positive_float
+from assocmem.cli.types import non_negative_float, positive_float
 from assocmem.training.rl.config import LossConfig
 
 from .frame import Experiment, config_from_flags, run_seeds, seeded_run, spread

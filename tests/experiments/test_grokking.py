@@ -5,7 +5,7 @@ import pytest
 
 from assocmem.probes.experiments.grokking import (PAPER, VARIANTS, first_epoch_at, grokking_epoch, held_for, markdown_table,
                                       nanda_config, result_name, runs_for, summarize)
-from assocmem.training.cli import main as cli_main
+from assocmem.cli import main as cli_main
 from assocmem.training.config import config_from_dict
 
 

@@ -28,7 +28,7 @@ def test_variants_are_valid_hybrids():
 
 
 def test_tiny_experiment_end_to_end(tmp_path, capsys):
-    from assocmem.training.cli import main
+    from assocmem.cli import main
 
     config = tmp_path / "tiny.yaml"
     config.write_text("d_model: 16\nhead_dim: 8\nsteps: 2\nseq_len: 32\nnum_train: 16\nbatch_size: 4\n"
@@ -43,7 +43,7 @@ def test_tiny_experiment_end_to_end(tmp_path, capsys):
 
 
 def test_seeds_run_into_subfolders_and_are_summarised(tmp_path):
-    from assocmem.training.cli import main
+    from assocmem.cli import main
 
     config = tmp_path / "tiny.yaml"
     config.write_text("d_model: 16\nhead_dim: 8\nsteps: 2\nseq_len: 32\nnum_train: 16\nbatch_size: 4\n"

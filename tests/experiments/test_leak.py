@@ -9,7 +9,7 @@ import torch
 from assocmem.models import build_model, output_cache
 from assocmem.probes.causality import model_causality
 from assocmem.probes.experiments.leak import future_control, leak_config, markdown_table, snap_epoch, summarize, text_file
-from assocmem.training.cli import main as cli_main
+from assocmem.cli import main as cli_main
 from assocmem.training.config import config_from_dict
 from assocmem.training.tasks import arrays_to_dataset
 from assocmem.probes.experiments.textgen import procedural_text

@@ -11,8 +11,8 @@ import yaml
 
 from assocmem.probes.experiments import registry as rp
 from assocmem.probes.experiments.reproduce import list_results, reproduce
-from assocmem.training.cli import build_parser
-from assocmem.training.cli import main as cli_main
+from assocmem.cli import build_parser
+from assocmem.cli import main as cli_main
 from assocmem.training.results import make_record, read_result
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -39,7 +39,7 @@ def test_micro_run_end_to_end(tmp_path):
 
 def test_the_cli_writes_a_result_record(tmp_path, monkeypatch, capsys):
     from assocmem.probes.experiments import rl as experiment_rl
-    from assocmem.training.cli import main as cli_main
+    from assocmem.cli import main as cli_main
 
     micro = RLExperimentConfig(**{**MICRO, "eval_every": 0}, methods=["gradient-balanced"])
     monkeypatch.setattr(experiment_rl.RLExperimentConfig, "quick", classmethod(lambda cls: micro))
@@ -53,7 +53,7 @@ def test_the_cli_writes_a_result_record(tmp_path, monkeypatch, capsys):
 
 def test_the_lr_flag_reaches_the_config_and_the_recorded_command(tmp_path, monkeypatch):
     from assocmem.probes.experiments import rl as experiment_rl
-    from assocmem.training.cli import main as cli_main
+    from assocmem.cli import main as cli_main
 
     micro = RLExperimentConfig(**{**MICRO, "eval_every": 0, "rounds": 1}, methods=["GRPO"])
     monkeypatch.setattr(experiment_rl.RLExperimentConfig, "quick", classmethod(lambda cls: micro))
@@ -71,7 +71,7 @@ def test_the_lr_flag_reaches_the_config_and_the_recorded_command(tmp_path, monke
 
 def test_beta_and_methods_reach_the_config_the_rl_runs_and_the_recorded_command(tmp_path, monkeypatch):
     from assocmem.probes.experiments import rl as experiment_rl
-    from assocmem.training.cli import main as cli_main
+    from assocmem.cli import main as cli_main
 
     micro = RLExperimentConfig(**{**MICRO, "eval_every": 0, "rounds": 1})
     monkeypatch.setattr(experiment_rl.RLExperimentConfig, "quick", classmethod(lambda cls: micro))
@@ -95,7 +95,7 @@ def test_beta_and_methods_reach_the_config_the_rl_runs_and_the_recorded_command(
 def test_an_unknown_method_is_refused_with_the_known_ones(capsys):
     import pytest
 
-    from assocmem.training.cli import main as cli_main
+    from assocmem.cli import main as cli_main
 
     with pytest.raises(SystemExit):
         cli_main(["experiment", "rl", "--methods", "PPO", "--quick", "--out", "x"])
@@ -104,7 +104,7 @@ def test_an_unknown_method_is_refused_with_the_known_ones(capsys):
 
 
 def test_a_kl_weight_with_self_distillation_is_refused_before_any_work(tmp_path, capsys):
-    from assocmem.training.cli import main as cli_main
+    from assocmem.cli import main as cli_main
 
     out = tmp_path / "o"
     assert cli_main(["experiment", "rl", "--beta", "0.1", "--quick", "--out", str(out)]) == 2

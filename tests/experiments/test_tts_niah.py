@@ -60,7 +60,7 @@ def test_micro_runs_end_to_end(tmp_path):
 
 def test_the_cli_writes_a_result_record_and_refuses_to_replace_it(tmp_path, monkeypatch, capsys):
     from assocmem.probes.experiments import niah as experiment_niah
-    from assocmem.training.cli import main as cli_main
+    from assocmem.cli import main as cli_main
 
     micro = NIAHExperimentConfig(models={"gdn": "gdn"}, d_model=16, train_length=16, num_train=32, steps=2,
                                  batch_size=8, lengths=[16], depths=[0.5], trials=2)

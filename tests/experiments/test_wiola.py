@@ -61,7 +61,7 @@ def test_seed_metrics_and_table(measured):
 def test_quick_command_writes_the_record(tmp_path):
     import json
 
-    from assocmem.training.cli import main
+    from assocmem.cli import main
 
     result = tmp_path / "r.json"
     code = main(["experiment", "wiola", "--quick", "--seeds", "0", "--jobs", "1", "--out", str(tmp_path / "o"),

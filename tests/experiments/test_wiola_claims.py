@@ -49,7 +49,7 @@ def test_flat_metrics_keep_numbers_only():
 
 
 def test_a_missing_mu_record_is_refused_before_any_work(tmp_path, capsys):
-    from assocmem.training.cli import main
+    from assocmem.cli import main
 
     out = tmp_path / "o"
     assert main(["experiment", "wiola-claims", "--mu-from", str(tmp_path / "none.json"), "--out", str(out)]) == 2

@@ -47,7 +47,7 @@ def test_a_wrong_weight_fails_the_pairs():
 
 
 def test_verify_cli_layers(capsys, tmp_path):
-    from assocmem.training.cli import main as cli
+    from assocmem.cli import main as cli
 
     assert cli(["verify", "gated_deltanet", "--layers"]) == 0
     out = capsys.readouterr().out
@@ -60,7 +60,7 @@ def test_every_preset_names_what_its_layer_is_held_to(capsys):
     """Each preset says which published layer it equals (and then a layer case checks it) or how it differs."""
     from assocmem.mixers import list_presets
     from assocmem.mixers.presets import PUBLISHED_LAYERS
-    from assocmem.training.cli import main as cli
+    from assocmem.cli import main as cli
 
     assert set(PUBLISHED_LAYERS) == set(list_presets())
     checked = {c.preset for c in LAYER_CASES.values()} | {"sca"}  # sca: tests/mixers/test_sca_fixture.py

@@ -167,7 +167,7 @@ def test_derive_cli_shows_beta_eff(tmp_path):
     spec = with_steps("deltanet", 4)
     path = tmp_path / "deep.yaml"
     path.write_text(spec.to_yaml())
-    out = subprocess.run([sys.executable, "-m", "assocmem.training.cli", "derive", str(path)],
+    out = subprocess.run([sys.executable, "-m", "assocmem.cli", "derive", str(path)],
                          capture_output=True, text=True, check=True).stdout
     assert "β_eff,t = (1 − (1 − β_t‖k_t‖²)^4)/‖k_t‖²" in out and "class:     delta" in out
     assert "forms:     chunk, recurrent" in out

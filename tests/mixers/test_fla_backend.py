@@ -257,7 +257,7 @@ def test_verify_backends_path_on_cpu():
 
 def test_verify_cuda_refuses_without_a_gpu(capsys):
     import argparse
-    from assocmem.mixers.cli import _verify_cuda, derive_main
+    from assocmem.cli.mixers import _verify_cuda, derive_main
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is present")
     with pytest.raises(SystemExit, match="no CUDA device"):

@@ -14,7 +14,7 @@ from assocmem.mixers.external import F64_ATOL
 from assocmem.mixers.lower import lower
 from assocmem.mixers.lower import derived, hand_written
 from assocmem.mixers.verify import EXACT_ATOL, make_case, max_abs_error, run, verify
-from assocmem.training.cli import main as cli
+from assocmem.cli import main as cli
 
 PRESETS = list_presets()
 

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from assocmem.training.cli import main
+from assocmem.cli import main
 
 
 @pytest.fixture(scope="module")

@@ -80,7 +80,7 @@ def test_a_local_task_end_to_end_through_the_wrapper(tmp_path):
 
 
 def test_assocmem_eval_harness_on_a_run_folder(tmp_path):
-    from assocmem.training.cli import main as cli_main
+    from assocmem.cli import main as cli_main
 
     model, tok = _saved(tmp_path)  # tmp_path is laid out as a run folder: its model and tokenizer in final/
     assert cli_main(["eval-harness", str(tmp_path), "--tasks", "assocmem_tiny", "--include_path",

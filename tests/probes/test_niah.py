@@ -12,7 +12,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from assocmem.models import HybridConfig, build_model
 from assocmem.probes.niah import TextNeedle, niah_grid, retrieved, save_niah_figure
-from assocmem.training.cli import main as cli_main
+from assocmem.cli import main as cli_main
 from assocmem.training.data import ByteTokenizer
 from assocmem.training.verifiable import Needle
 

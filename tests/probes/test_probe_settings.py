@@ -11,7 +11,7 @@ from assocmem.models import HybridConfig, build_model
 from assocmem.probes.graph_tracing import trace_graph
 from assocmem.probes.io import position_limit, run_data
 from assocmem.probes.recall import mqar_accuracy
-from assocmem.training.cli import main as cli_main
+from assocmem.cli import main as cli_main
 from assocmem.training.config import load_config
 from assocmem.training.graphs import make_graph
 from assocmem.training.loop import train

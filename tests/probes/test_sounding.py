@@ -8,7 +8,7 @@ import yaml
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from assocmem.probes.sounding import mean_gradient, select_parameters, sound, sounding_hammer
-from assocmem.training.cli import main as cli_main
+from assocmem.cli import main as cli_main
 from assocmem.training.tasks import mqar_dataset
 
 TINY_LLAMA = {"model_type": "llama", "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1,

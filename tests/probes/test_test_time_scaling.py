@@ -8,7 +8,7 @@ import yaml
 
 from assocmem.models import HybridConfig, build_model
 from assocmem.probes.test_time_scaling import METRICS, curves, default_ks, grade, run_tts
-from assocmem.training.cli import main as cli_main
+from assocmem.cli import main as cli_main
 from assocmem.training.estimators import maj_at_k_expected, pass_at_k
 from assocmem.training.generation import Completions, SamplingSettings
 from assocmem.training.verifiable import ChainSum, Modular

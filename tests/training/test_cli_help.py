@@ -1,7 +1,7 @@
 """Every subcommand of the one `assocmem` console script answers --help."""
 import pytest
 
-from assocmem.training.cli import SUBCOMMANDS, main
+from assocmem.cli import SUBCOMMANDS, main
 
 COMMANDS = [[c] for c in SUBCOMMANDS] + [["bench", k] for k in ("mixers", "decode", "train", "breakdown")] + [
     ["probe", p] for p in ("graph-tracing", "recall", "causality", "capacity")]
@@ -34,7 +34,7 @@ def test_bench_train_runs_and_writes_json(tmp_path):
     rows = json.loads(out.read_text())["rows"]
     assert [r["mixer"] for r in rows] == ["attn", "gdn"]
     assert all(r["tokens_per_s"] > 0 and r["median_step_s"] > 0 for r in rows)
-    with pytest.raises(SystemExit) as exit_:  # argparse: mixers/cli_types.positive_int
+    with pytest.raises(SystemExit) as exit_:  # argparse: cli/types.positive_int
         main(["bench", "train", "--batch", "0"])
     assert exit_.value.code == 2
     assert main(["bench", "train", "--vocab", "256", "--seq-len", "256"]) == 2
@@ -44,7 +44,7 @@ def test_bench_train_runs_and_writes_json(tmp_path):
 def test_bench_refuses_to_overwrite_results_before_running(kind, tmp_path, capsys, monkeypatch):
     """An existing --json is kept (exit 2, nothing run) unless --overwrite; a folder or a missing
     parent folder is refused with the path at fault named."""
-    from assocmem.training.bench import cli as bench_cli
+    from assocmem.cli import bench as bench_cli
 
     ran = []
     monkeypatch.setattr(bench_cli, "_mixers", lambda args: ran.append(args) or 0)

@@ -65,7 +65,7 @@ def test_compiled_hybrid_trains_and_generates():
 def test_bench_train_compile_times_both(tmp_path):
     import json
 
-    from assocmem.training.cli import main
+    from assocmem.cli import main
 
     out = tmp_path / "t.json"
     assert main(["bench", "train", "--mixers", "gdn", "--d-model", "16", "--vocab", "128", "--seq-len", "32",

@@ -268,7 +268,7 @@ def test_unknown_keys_and_rules_are_refused(tmp_path):
 
 # ---------------------------------------------------------------- the command line
 def test_cli_refuses_before_work_and_runs_one_stage(tmp_path, capsys):
-    from assocmem.training.cli import main
+    from assocmem.cli import main
 
     _, folder = llama(tmp_path)
     path = tmp_path / "d.yaml"
@@ -306,10 +306,10 @@ def test_two_gloo_processes_match_one_process(tmp_path):
         data.update(stage2={**data["stage2"], "train": loop}, stage3={**data["stage3"], "train": loop}, stage4=None)
         paths[name] = tmp_path / f"{name}.yaml"
         paths[name].write_text(yaml.safe_dump(data))
-    single = subprocess.Popen([PYTHON, "-m", "assocmem.training.cli", "distill", str(paths["one"])], cwd=REPO,
+    single = subprocess.Popen([PYTHON, "-m", "assocmem.cli", "distill", str(paths["one"])], cwd=REPO,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     pair = subprocess.Popen([PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m",
-                             "assocmem.training.cli", "distill", str(paths["two"])], cwd=REPO,
+                             "assocmem.cli", "distill", str(paths["two"])], cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     assert pair.wait(timeout=300) == 0, pair.stderr.read()[-3000:]
     assert single.wait(timeout=300) == 0, single.stderr.read()[-3000:]

@@ -13,10 +13,10 @@ UPDATE = {"train": {"steps": 6, "batch_size": 8, "micro_batch_size": 2, "eval_ba
 
 @pytest.mark.distributed
 def test_two_gloo_processes_match_one_process(write_config, tmp_path):
-    single = subprocess.Popen([PYTHON, "-m", "assocmem.training.cli", "train", str(write_config("one", UPDATE))],
+    single = subprocess.Popen([PYTHON, "-m", "assocmem.cli", "train", str(write_config("one", UPDATE))],
                               cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     pair = subprocess.Popen([PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                             "-m", "assocmem.training.cli", "train", str(write_config("two", UPDATE))],
+                             "-m", "assocmem.cli", "train", str(write_config("two", UPDATE))],
                             cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     assert pair.wait(timeout=300) == 0, pair.stderr.read()[-3000:]
     assert single.wait(timeout=300) == 0, single.stderr.read()[-3000:]
@@ -41,10 +41,10 @@ def test_two_gloo_processes_match_one_process_with_gradient_transforms(write_con
     update = {**UPDATE, "train": {**UPDATE["train"], "grad_transforms": [
         {"kind": "fgp_adaptive", "param": "model.embed_tokens.weight", "top_k": 4},
         {"kind": "grokfast_ema", "alpha": 0.9, "lamb": 2.0}]}}
-    single = subprocess.Popen([PYTHON, "-m", "assocmem.training.cli", "train", str(write_config("one", update))],
+    single = subprocess.Popen([PYTHON, "-m", "assocmem.cli", "train", str(write_config("one", update))],
                               cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     pair = subprocess.Popen([PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                             "-m", "assocmem.training.cli", "train", str(write_config("two", update))],
+                             "-m", "assocmem.cli", "train", str(write_config("two", update))],
                             cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     assert pair.wait(timeout=300) == 0, pair.stderr.read()[-3000:]
     assert single.wait(timeout=300) == 0, single.stderr.read()[-3000:]

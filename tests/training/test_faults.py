@@ -16,7 +16,7 @@ from safetensors.torch import load_file
 
 from assocmem.training import checkpoint as ckpt
 from assocmem.training import loop
-from assocmem.training.cli import main as cli_main
+from assocmem.cli import main as cli_main
 from assocmem.training.config import ConfigError, load_config
 from assocmem.training.loop import NonFiniteLossError, train
 from assocmem.training.optim import lr_factor
@@ -282,7 +282,7 @@ def test_eval_checks_its_inputs_and_outputs_before_the_work(write_config, tmp_pa
     for extra, message, code in cases:
         assert cli_main(["eval", str(run), *extra]) == code, extra
         assert re.search(message, capsys.readouterr().err), extra
-    for bad in ("-3", "0"):  # refused by argparse (mixers/cli_types.positive_int), before anything runs
+    for bad in ("-3", "0"):  # refused by argparse (cli/types.positive_int), before anything runs
         with pytest.raises(SystemExit) as exit_:
             cli_main(["eval", str(run), "--batch-size", bad])
         assert exit_.value.code == 2

@@ -68,7 +68,7 @@ def test_the_command_line_offline(tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
     for command in (["eval-harness", "nobody/missing", "--tasks", "hellaswag"],
                     ["probe", "graph-tracing", "nobody/missing", "--out", str(tmp_path / "o")]):
-        done = subprocess.run([sys.executable, "-m", "assocmem.training.cli", *command], env=env,
+        done = subprocess.run([sys.executable, "-m", "assocmem.cli", *command], env=env,
                               capture_output=True, text=True, timeout=300)
         assert done.returncode == 2, done.stderr
         assert "Traceback" not in done.stderr

@@ -5,7 +5,7 @@ import importlib.util
 import pytest
 import yaml
 
-from assocmem.training.cli import main as cli_main
+from assocmem.cli import main as cli_main
 from assocmem.training.config import load_config
 from assocmem.training.loop import train
 from assocmem.training.runlog import read_log

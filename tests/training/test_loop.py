@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from assocmem.training.cli import main as cli_main
+from assocmem.cli import main as cli_main
 from assocmem.training.config import config_from_dict, load_config
 from assocmem.training.loop import train
 from assocmem.training.objective import CausalLMObjective

@@ -48,7 +48,7 @@ def test_work_finished_out_of_order_is_counted_without_a_duration(clock):
 
 
 def test_probe_recall_reports_every_model_it_trains_and_evaluates(tmp_path, capsys):
-    from assocmem.training.cli import main as cli_main
+    from assocmem.cli import main as cli_main
 
     assert cli_main(["probe", "recall", "--train-mixers", "gdn", "attn", "--d-models", "16", "--steps", "2",
                      "--seq-len", "16", "--vocab-size", "32", "--train-kv-pairs", "2", "--num-kv-pairs", "2",

@@ -7,7 +7,7 @@ import subprocess
 import pytest
 import torch
 
-from assocmem.training.cli import main as cli_main
+from assocmem.cli import main as cli_main
 from assocmem.training.results import (REPO_ROOT, make_record, read_result, save_record, summarize,
                                        write_result)
 

@@ -3,7 +3,7 @@ import json
 
 import yaml
 
-from assocmem.training.cli import main as cli_main
+from assocmem.cli import main as cli_main
 from assocmem.training.sweep import load_sweep
 from training_helpers import BASE, merge
 
@@ -47,7 +47,7 @@ def test_sweep_trains_skips_finished_runs_and_tabulates_the_best_lr(tmp_path, ca
 def test_every_bundled_config_validates():
     """Each YAML in training/configs/ loads: sweeps expand to valid TrainConfigs, others validate."""
     from assocmem.training.config import load_config
-    from assocmem.training.run_cli import BUNDLED
+    from assocmem.training.config_files import BUNDLED
     from assocmem.training.sweep import is_sweep
 
     paths = sorted(BUNDLED.glob("*.yaml"))

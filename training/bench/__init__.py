@@ -1,1 +1,2 @@
-"""The benchmarks behind `assocmem bench` (cli.py): forms, breakdown, decode, train; timing.py measures."""
+"""The benchmarks behind `assocmem bench` (parsed in cli/bench.py): forms, breakdown, scaling, decode, train;
+timing.py measures."""

@@ -10,7 +10,7 @@ scored on-policy self-distillation (§4.4), behind ``assocmem rl CONFIG.yaml``.
     self_distillation.py  keep A > 0, advantage-weighted (or plain) token cross-entropy
     reference.py          the frozen KL reference: loading, same-architecture check, weights digest
     loop.py               train_rl(cfg): rounds of sampling and updates, one process or torchrun; checkpoints
-    runfolder.py          the run-folder contract with an RLConfig; curves.py the PNG; cli.py ``assocmem rl``
+    runfolder.py          the run-folder contract with an RLConfig; curves.py the PNG (the parser: cli/rl.py)
 """
 from .config import RLConfig, load_rl_config
 from .rewards import REWARDS, register_reward

@@ -113,7 +113,7 @@ def test_compiled_rows_time_their_first_call_and_compare_with_eager():
 
 def test_device_cuda_is_refused_without_a_gpu(capsys):
     from assocmem.training.bench.gpu import triton_references
-    from assocmem.training.cli import main
+    from assocmem.cli import main
 
     if torch.cuda.is_available():
         pytest.skip("a GPU is present: make bench-gpu runs there")

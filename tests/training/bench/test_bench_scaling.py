@@ -4,7 +4,7 @@ import json
 import pytest
 
 from assocmem.training.bench.scaling import markdown_table, run_scaling
-from assocmem.training.cli import main
+from assocmem.cli import main
 
 
 def test_rows_per_token_and_ratio_to_the_shortest():

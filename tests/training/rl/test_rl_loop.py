@@ -17,7 +17,7 @@ from assocmem.training.rl.config import load_rl_config
 from assocmem.training.rl.loop import train_rl
 from rl_helpers import PYTHON, REPO, write_config
 
-CLI = [PYTHON, "-m", "assocmem.training.cli", "rl"]
+CLI = [PYTHON, "-m", "assocmem.cli", "rl"]
 
 
 def _weights(run_dir):
@@ -111,7 +111,7 @@ def test_two_gloo_processes_match_one_process(tmp_path):
     update = {"train": {"steps": 3}, "rollout": {"prompts_per_step": 4}}
     one = _spawn(write_config(tmp_path, "one", update))
     two = subprocess.Popen([PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m",
-                            "assocmem.training.cli", "rl", str(write_config(tmp_path, "two", update))], cwd=REPO,
+                            "assocmem.cli", "rl", str(write_config(tmp_path, "two", update))], cwd=REPO,
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                            env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert two.wait(timeout=300) == 0, two.stderr.read()[-3000:]

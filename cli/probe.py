@@ -1,5 +1,5 @@
 """``assocmem probe graph-tracing | recall | causality | capacity | sounding | tts | niah``: the commands
-that measure a model (the experiments are ``assocmem experiment NAME``, probes/experiments/).
+that measure a model (the experiments are ``assocmem experiment NAME``, cli/experiment.py).
 
 Every probe writes <out>/<probe>.json and its PNG figures into the output folder
 named by ``--out`` and prints that folder when done. An existing non-empty
@@ -11,37 +11,37 @@ assocmem model preset name (randomly initialised: for smoke tests only).
 """
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
-from assocmem.mixers.cli_types import non_negative_float, positive_float, positive_int
-
-from . import eval_cli, sounding
-from . import io as probe_io
-from .io import USER_ERRORS, add_common_flags, run_command, write_json
+from . import sampling
+from .types import non_negative_float, positive_float, positive_int
 
 
-def register(subparsers) -> None:
-    """Add ``probe`` and its sub-subcommands (called by training/cli.py)."""
+def add_parser(subparsers) -> None:
+    """Add ``probe`` and its sub-subcommands."""
+    from assocmem.probes.io import add_common_flags
+
     p = subparsers.add_parser("probe", help="representation and memory probes (JSON + PNG)",
                               description="Probes: in-context graph tracing, MQAR recall, causality, capacity, "
                                           "gradient sounding, test-time scaling (tts) and needle in a haystack "
                                           "(niah).")
     sub = p.add_subparsers(dest="probe", metavar="PROBE")
     sub.required = True
-    _graph_parser(sub)
-    _recall_parser(sub)
-    _causality_parser(sub)
-    _capacity_parser(sub)
-    sounding.register(sub)
-    eval_cli.register(sub, _run)
+    for add in (_graph_parser, _recall_parser, _causality_parser, _capacity_parser, _sounding_parser):
+        add_common_flags(add(sub))
+    sampling.add_parser(sub)
 
 
-def _run(fn, args) -> int:
+def report(fn, args: argparse.Namespace) -> int:
+    """``fn(args)`` of a probe: its output folder printed (0), or a user error as "assocmem probe NAME: why" (2)."""
+    from assocmem.probes.io import USER_ERRORS, run_command
+
     return run_command(fn, args, USER_ERRORS + (TypeError,))  # TypeError: capacity's spec argument
 
 
 # ------------------------------------------------------------------ graph tracing
-def _graph_parser(sub) -> None:
+def _graph_parser(sub) -> argparse.ArgumentParser:
     g = sub.add_parser("graph-tracing", help="in-context graph tracing (Park et al. 2025): PCA, energy, accuracy")
     g.add_argument("model", help="saved model folder / run folder, a model preset name or a Hugging Face Hub id")
     g.add_argument("--graph", nargs="+", default=["grid"], choices=["grid", "ring", "hex"], help="graph(s)")
@@ -54,20 +54,24 @@ def _graph_parser(sub) -> None:
     g.add_argument("--pca-window", type=positive_int, default=None, help="window of the PCA class means (default W)")
     g.add_argument("--pca-contexts", type=positive_int, nargs="+", default=None, help="context lengths of PCA panels")
     g.add_argument("--batch-size", type=positive_int, default=4, help="walks per forward (default 4)")
-    add_common_flags(g)
-    g.set_defaults(func=lambda a: _run(_graph_tracing, a))
+    g.set_defaults(run=f"{__name__}:graph_tracing")
+    return g
+
+
+def graph_tracing(args) -> int:
+    return report(_graph_tracing, args)
 
 
 def _graph_tracing(args) -> Path:
+    from assocmem.probes import io
+    from assocmem.probes.graph_tracing import save_graph_tracing_figures, trace_graph
     from assocmem.training.graphs import make_graph
 
-    from .graph_tracing import save_graph_tracing_figures, trace_graph
-
-    args.length = probe_io.settings_from_runs([args.model], {"seq_len": ("--length", args.length, 1200)},
+    args.length = io.settings_from_runs([args.model], {"seq_len": ("--length", args.length, 1200)},
                                               kind="graph_walk", allow_other=args.allow_other_settings)["seq_len"]
-    model, info = probe_io.load_model(args.model)
-    probe_io.check_length(model, args.length, "--length")
-    out = probe_io.prepare_out(args.out, args.overwrite)
+    model, info = io.load_model(args.model)
+    io.check_length(model, args.length, "--length")
+    out = io.prepare_out(args.out, args.overwrite)
     report = {**info, "graphs": {}}
     for kind in args.graph:
         graph = make_graph(kind)
@@ -76,12 +80,12 @@ def _graph_tracing(args) -> Path:
                           seed=args.seed)
         save_graph_tracing_figures(res, graph, out, name=f"graph_tracing_{kind}", title=f"{args.model} — {kind}")
         report["graphs"][kind] = res.to_json()
-    write_json(out, "graph_tracing", report)
+    io.write_json(out, "graph_tracing", report)
     return out
 
 
 # ------------------------------------------------------------------ recall
-def _recall_parser(sub) -> None:
+def _recall_parser(sub) -> argparse.ArgumentParser:
     r = sub.add_parser("recall", help="MQAR accuracy vs key-value pairs and vs state size (Zoology)")
     r.add_argument("--models", nargs="*", default=[], help="saved model folders / run folders to evaluate")
     r.add_argument("--train-mixers", nargs="*", default=[], help="also train 2-layer MLP-free models of these "
@@ -98,25 +102,30 @@ def _recall_parser(sub) -> None:
     r.add_argument("--allow-other-settings", action="store_true",
                    help="probe run folders at a --seq-len / --vocab-size other than they were trained with")
     r.add_argument("--examples", type=positive_int, default=256, help="test examples per K (default 256)")
-    add_common_flags(r)
-    r.set_defaults(func=lambda a: _run(_recall, a))
+    r.set_defaults(run=f"{__name__}:recall")
+    return r
+
+
+def recall(args) -> int:
+    return report(_recall, args)
 
 
 def _recall(args) -> Path:
-    from .recall import recall_vs_pairs, save_recall_figures, summarize, train_mqar_models
+    from assocmem.probes import io
+    from assocmem.probes.recall import recall_vs_pairs, save_recall_figures, summarize, train_mqar_models
 
     if not args.models and not args.train_mixers:
         raise ValueError("give --models and/or --train-mixers")
-    settings = probe_io.settings_from_runs(
+    settings = io.settings_from_runs(
         args.models, {"seq_len": ("--seq-len", args.seq_len, 64), "vocab_size": ("--vocab-size", args.vocab_size, 256)},
         kind="mqar", allow_other=args.allow_other_settings)
     args.seq_len, args.vocab_size = settings["seq_len"], settings["vocab_size"]
     models, mixer_of = {}, {}
     for ref in args.models:
-        models[ref], _ = probe_io.load_model(ref)
+        models[ref], _ = io.load_model(ref)
         mixer_of[ref] = Path(ref).name
-        probe_io.check_length(models[ref], args.seq_len, "--seq-len")
-    out = probe_io.prepare_out(args.out, args.overwrite)
+        io.check_length(models[ref], args.seq_len, "--seq-len")
+    out = io.prepare_out(args.out, args.overwrite)
     trained = train_mqar_models(args.train_mixers, args.d_models, out_dir=out / "runs", seq_len=args.seq_len,
                                 num_kv_pairs=args.train_kv_pairs, vocab_size=args.vocab_size, steps=args.steps,
                                 lr=args.lr, seed=args.seed) if args.train_mixers else {}
@@ -126,12 +135,12 @@ def _recall(args) -> Path:
                              vocab_size=args.vocab_size, mixer_of=mixer_of, num_examples=args.examples,
                              seed=args.seed + 1000)
     save_recall_figures(points, out)
-    write_json(out, "recall", {"seq_len": args.seq_len, "vocab_size": args.vocab_size, **summarize(points)})
+    io.write_json(out, "recall", {"seq_len": args.seq_len, "vocab_size": args.vocab_size, **summarize(points)})
     return out
 
 
 # ------------------------------------------------------------------ causality
-def _causality_parser(sub) -> None:
+def _causality_parser(sub) -> argparse.ArgumentParser:
     c = sub.add_parser("causality", help="perturb-the-future check: first leaking position and max leak")
     c.add_argument("targets", nargs="+", help="mixer preset names, spec YAML/JSON files, 'all-presets', "
                    "model folders or model preset names")
@@ -141,8 +150,8 @@ def _causality_parser(sub) -> None:
     c.add_argument("--modes", nargs="+", choices=["eval", "train"], default=["eval"],
                    help="modes to check models in (default eval; add train for layers that run in training only, "
                         "e.g. Wiola's token merging; a model with dropout is random in train mode)")
-    add_common_flags(c)
-    c.set_defaults(func=lambda a: _run(_causality, a))
+    c.set_defaults(run=f"{__name__}:causality")
+    return c
 
 
 def _expand_targets(targets: list[str]) -> list[str]:
@@ -151,28 +160,33 @@ def _expand_targets(targets: list[str]) -> list[str]:
     return [t for target in targets for t in (list_presets() if target == "all-presets" else [target])]
 
 
+def causality(args) -> int:
+    return report(_causality, args)
+
+
 def _causality(args) -> Path:
     from assocmem.mixers import ALIASES, MixerSpec, list_presets
     from assocmem.mixers.lower import APPROXIMATE, available_forms
 
-    from .causality import model_causality_in_modes, preset_mixer_causality, probe_ids, spec_causality
-    from .plotting import CurvePanel, save_curve_panels
+    from assocmem.probes import io
+    from assocmem.probes.causality import model_causality_in_modes, preset_mixer_causality, probe_ids, spec_causality
+    from assocmem.probes.plotting import CurvePanel, save_curve_panels
 
-    out = probe_io.prepare_out(args.out, args.overwrite)
+    out = io.prepare_out(args.out, args.overwrite)
     reports = []
     for target in _expand_targets(args.targets):
         if target in list_presets() or target in ALIASES or Path(target).suffix in (".yaml", ".yml", ".json"):
             spec = MixerSpec.from_yaml(target) if Path(target).is_file() else target
             reports.append(preset_mixer_causality(spec, seq_len=args.seq_len, atol=args.atol, seed=args.seed))
             if args.ops:
-                from .causality import tiny_spec
+                from assocmem.probes.causality import tiny_spec
 
                 s = tiny_spec(spec)
                 for form in available_forms(s):
                     if form not in APPROXIMATE:
                         reports.append(spec_causality(s, form=form, seq_len=args.seq_len, atol=args.atol))
         else:
-            model, _ = probe_io.load_model(target)
+            model, _ = io.load_model(target)
             ids = probe_ids(int(model.config.vocab_size), args.seq_len, args.seed)
             reports += model_causality_in_modes(model, ids, args.modes, target=f"model:{target}", atol=args.atol,
                                                 seed=args.seed)
@@ -182,13 +196,13 @@ def _causality(args) -> Path:
     panel = CurvePanel("max |Δ output| at position p when inputs after p change", "position", "leak",
                        {r.target: (list(range(r.seq_len)), list(r.leak)) for r in reports}, logx=False, logy=True)
     save_curve_panels(out / "causality.png", [panel])
-    write_json(out, "causality", {"all_causal": all(r.causal for r in reports),
+    io.write_json(out, "causality", {"all_causal": all(r.causal for r in reports),
                                    "reports": [r.to_json() for r in reports]})
     return out
 
 
 # ------------------------------------------------------------------ capacity
-def _capacity_parser(sub) -> None:
+def _capacity_parser(sub) -> argparse.ArgumentParser:
     c = sub.add_parser("capacity", help="retrieval error vs number of stored random pairs at a fixed state size")
     c.add_argument("specs", nargs="*", help="mixer preset names or spec YAML/JSON files "
                    "(default: linear_attention, deltanet, sca, softmax)")
@@ -197,17 +211,22 @@ def _capacity_parser(sub) -> None:
     c.add_argument("--value-dim", type=positive_int, default=32, help="V (default 32); state budget K·V per head")
     c.add_argument("--trials", type=positive_int, default=8, help="independent sets of pairs (default 8)")
     c.add_argument("--form", default="auto", help="op form used for writes/reads (default auto)")
-    add_common_flags(c)
-    c.set_defaults(func=lambda a: _run(_capacity, a))
+    c.set_defaults(run=f"{__name__}:capacity")
+    return c
+
+
+def capacity(args) -> int:
+    return report(_capacity, args)
 
 
 def _capacity(args) -> Path:
     from assocmem.mixers import MixerSpec
 
-    from .capacity import capacity_sweep
-    from .plotting import CurvePanel, save_curve_panels
+    from assocmem.probes import io
+    from assocmem.probes.capacity import capacity_sweep
+    from assocmem.probes.plotting import CurvePanel, save_curve_panels
 
-    out = probe_io.prepare_out(args.out, args.overwrite)
+    out = io.prepare_out(args.out, args.overwrite)
     memories = None
     if args.specs:
         memories = {Path(s).stem if Path(s).is_file() else s: (MixerSpec.from_yaml(s) if Path(s).is_file() else s)
@@ -218,6 +237,35 @@ def _capacity(args) -> Path:
                          {f"{c.label} [{c.state_floats} floats]": (c.num_pairs, getattr(c, key)) for c in curves})
               for title, key in (("raw", "rel_mse"), ("gain-corrected", "rel_mse_scaled"))]
     save_curve_panels(out / "capacity.png", panels)
-    write_json(out, "capacity", {"key_dim": args.key_dim, "value_dim": args.value_dim,
+    io.write_json(out, "capacity", {"key_dim": args.key_dim, "value_dim": args.value_dim,
                                   "curves": [c.to_json() for c in curves]})
     return out
+
+
+# ------------------------------------------------------------------ sounding
+def _sounding_parser(sub) -> argparse.ArgumentParser:
+    s = sub.add_parser("sounding", help="the sounding hammer (seed 003 §4.4): Fourier regularity ρ of mean gradients",
+                       description="ρ = top-K power / total power of the rfft of the mean gradient E_x[∇_W L] along "
+                                   "an axis, for named parameters of any HF causal LM.")
+    s.add_argument("model", help="a TrainConfig YAML (its model untrained, at its seed, on its data), a run folder "
+                   "(its final model on its data), a saved HF model folder or a model preset (these need --data)")
+    s.add_argument("--params", nargs="+", default=["*"], help="glob patterns of parameter names (default: all)")
+    s.add_argument("--axis", type=int, default=0, help="the axis of each parameter to sound (default 0: rows)")
+    s.add_argument("--length", type=int, default=None, help="sound the first N indices of the axis only")
+    s.add_argument("--top-k", type=int, default=16, help="K of ρ (default 16, the paper's GPT-2 setting)")
+    s.add_argument("--data", help="YAML file holding a `data:` section (or the section itself)")
+    s.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a data field, e.g. --set data.p=97 (repeatable)")
+    s.add_argument("--split", choices=["train", "eval"], default="train", help="which split the mean runs over")
+    s.add_argument("--sequences", type=int, default=None, help="use the first N sequences only (default: all)")
+    s.add_argument("--batch-size", type=int, default=64, help="sequences per backward pass (default 64)")
+    s.add_argument("--threshold", type=float, default=0.6, help="the paper's rule: FGP where ρ > threshold")
+    s.set_defaults(run=f"{__name__}:sounding")
+    return s
+
+
+def sounding(args) -> int:
+    from assocmem.probes.io import run_command
+    from assocmem.probes.sounding import run_sounding
+
+    return run_command(run_sounding, args)  # a ConfigError is a ValueError

@@ -14,19 +14,30 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import yaml
 
-from . import io as probe_io
-from .io import add_common_flags, write_json
+def add_parser(sub) -> None:
+    """Add the ``tts`` and ``niah`` probe subcommands (to ``assocmem probe``'s subparsers)."""
+    from assocmem.probes.io import add_common_flags
+
+    add_common_flags(_tts_parser(sub))
+    add_common_flags(_niah_parser(sub))
 
 
-def register(sub, run) -> None:
-    """Add the ``tts`` and ``niah`` probe subcommands; ``run(fn, args)`` reports errors (probes/cli.py)."""
-    _tts_parser(sub, run)
-    _niah_parser(sub, run)
+def tts(args) -> int:
+    from assocmem.probes.io import USER_ERRORS, run_command
+
+    return run_command(_tts, args, USER_ERRORS + (TypeError,))
+
+
+def niah(args) -> int:
+    from assocmem.probes.io import USER_ERRORS, run_command
+
+    return run_command(_niah, args, USER_ERRORS + (TypeError,))
 
 
 def _params(items: list[str]) -> dict:
+    import yaml
+
     out = {}
     for item in items:
         if "=" not in item:
@@ -51,7 +62,7 @@ def _check_vocab(model, vocab_size: int) -> None:
 
 
 # ------------------------------------------------------------------ tts
-def _tts_parser(sub, run) -> None:
+def _tts_parser(sub) -> argparse.ArgumentParser:
     t = sub.add_parser("tts", help="test-time scaling: pass@k, maj@k, best-of-N and weighted vote against k",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     t.add_argument("model", help="saved model folder or run folder (a run folder also names its task)")
@@ -73,8 +84,8 @@ def _tts_parser(sub, run) -> None:
     t.add_argument("--rule", default="first", choices=["first", "last", "strict"],
                    help="which candidate answer counts: first, last, or strict (Nautile: >1 distinct = wrong)")
     t.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples of the problems (default 1000)")
-    add_common_flags(t)
-    t.set_defaults(func=lambda a: run(_tts, a))
+    t.set_defaults(run=f"{__name__}:tts")
+    return t
 
 
 def _tts_problems(args, model):
@@ -108,7 +119,8 @@ def _tts_problems(args, model):
 def _tts(args) -> Path:
     from assocmem.training.generation import SamplingSettings
 
-    from .test_time_scaling import run_tts, save_samples, save_tts_figure
+    from assocmem.probes import io as probe_io
+    from assocmem.probes.test_time_scaling import run_tts, save_samples, save_tts_figure
 
     if args.ks and max(args.ks) > args.samples:
         raise ValueError(f"--ks {max(args.ks)} > --samples {args.samples}: k cannot exceed the samples per problem")
@@ -122,12 +134,12 @@ def _tts(args) -> Path:
     report = run_tts(model, task, problems, settings, ks=args.ks, rule=args.rule, num_resamples=args.bootstrap)
     save_samples(report, out / "samples.jsonl")
     save_tts_figure(report, out / "tts.png", title=f"{Path(args.model).name}: {where.get('task', 'problems file')}")
-    write_json(out, "tts", {**info, "problems": where, **{k: v for k, v in report.items() if k != "samples"}})
+    probe_io.write_json(out, "tts", {**info, "problems": where, **{k: v for k, v in report.items() if k != "samples"}})
     return out
 
 
 # ------------------------------------------------------------------ niah
-def _niah_parser(sub, run) -> None:
+def _niah_parser(sub) -> argparse.ArgumentParser:
     n = sub.add_parser("niah", help="needle in a haystack: accuracy over context length × depth (heat map)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     n.add_argument("model", help="saved model folder or run folder")
@@ -142,15 +154,15 @@ def _niah_parser(sub, run) -> None:
     n.add_argument("--trials", type=int, default=16, help="cases per cell (default 16)")
     n.add_argument("--batch-size", type=int, default=16, help="cases per forward (default 16)")
     n.add_argument("--train-length", type=int, help="training length to mark (default: the run's data.seq_len)")
-    add_common_flags(n)
-    n.set_defaults(func=lambda a: run(_niah, a))
+    n.set_defaults(run=f"{__name__}:niah")
+    return n
 
 
 def _niah_source(args):
     from assocmem.training.text_files import load_tokenizer
     from assocmem.training.verifiable import Needle, get_task
 
-    from .niah import TextNeedle
+    from assocmem.probes.niah import TextNeedle
 
     data = _run_data(args.model)
     train_length = args.train_length or (getattr(data, "seq_len", None) if data is not None else None)
@@ -162,7 +174,8 @@ def _niah_source(args):
 
 
 def _niah(args) -> Path:
-    from .niah import niah_grid, save_niah_figure
+    from assocmem.probes import io as probe_io
+    from assocmem.probes.niah import niah_grid, save_niah_figure
 
     bad = [d for d in args.depths if not 0 <= d <= 100]
     if bad:
@@ -174,5 +187,5 @@ def _niah(args) -> Path:
     report = niah_grid(model, source, lengths=args.lengths, depths=[d / 100 for d in args.depths], trials=args.trials,
                        seed=args.seed, batch_size=args.batch_size, train_length=train_length)
     save_niah_figure(report, out / "niah.png", title=f"{Path(args.model).name}: needle retrieval")
-    write_json(out, "niah", {**info, "haystack": "text" if args.text else "random ids", **report})
+    probe_io.write_json(out, "niah", {**info, "haystack": "text" if args.text else "random ids", **report})
     return out

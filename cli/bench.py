@@ -1,4 +1,5 @@
-"""`assocmem bench mixers|breakdown|decode|train`: benchmark scripts that print a table and write JSON.
+"""`assocmem bench mixers|breakdown|scaling|decode|train`: benchmarks (training/bench/) that print a table
+and write JSON.
 
     mixers      forms.py      forms of each mixer family vs derived, recurrent and external peers
     breakdown   breakdown.py  where one form's time goes, by kind of op
@@ -16,10 +17,11 @@ import json
 import sys
 from pathlib import Path
 
-from assocmem.mixers.cli_types import non_negative_float, non_negative_int, positive_int
+from . import handler, module_doc
+from .types import non_negative_float, non_negative_int, positive_int
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="benchmarks (mixer forms, decode latency, training throughput)", description=__doc__)
     kinds = p.add_subparsers(dest="bench_kind", metavar="KIND")
     kinds.required = True
@@ -44,9 +46,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="run the bench in N fresh processes, one after another, and report per row the "
                         "median ms over them with the range of each ratio (the allocator's state, which "
                         "shifts timings by up to 2x, differs between processes)")
-    m.set_defaults(func=_mixers)
+    m.set_defaults(run=f"{__name__}:_mixers")
     b = kinds.add_parser("breakdown", help="where one form's time goes: products, solve, copies, elementwise",
-                         description=_module_doc("assocmem.training.bench.breakdown"),
+                         description=module_doc("assocmem.training.bench.breakdown"),
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     b.add_argument("family", nargs="?", default="gated_deltanet", help="mixer preset (default: gated_deltanet)")
     b.add_argument("--form", default="auto", help="form to profile (default: the one lower() picks)")
@@ -58,26 +60,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--compiled", action="store_true",
                    help="the form's compiled variant (torch.compile), its generated kernels listed by name")
     b.add_argument("--json", type=Path, metavar="PATH", help="write the breakdown as JSON")
-    b.set_defaults(func=_breakdown)
-    register_scaling(kinds)
-    register_decode(kinds)
-    register_train(kinds)
+    b.set_defaults(run=f"{__name__}:_breakdown")
+    _add_scaling(kinds)
+    _add_decode(kinds)
+    _add_train(kinds)
     for kind, parser in kinds.choices.items():  # every bench writes measurements that took minutes to take
         parser.add_argument("--overwrite", action="store_true",
                             help="replace existing --json/--markdown files (default: refuse before running)")
-        parser.set_defaults(func=_refusing_existing(f"assocmem bench {kind}", parser.get_default("func")))
-
-
-def _module_doc(module: str) -> str:
-    import importlib
-
-    return importlib.import_module(module).__doc__ or ""
+        parser.set_defaults(run=f"{__name__}:refusing_existing", bench=parser.get_default("run"))
 
 
 def _breakdown(args: argparse.Namespace) -> int:
     import torch
 
-    from .breakdown import breakdown, format_breakdown
+    from assocmem.training.bench.breakdown import breakdown, format_breakdown
 
     if args.threads is not None:
         torch.set_num_threads(args.threads)
@@ -114,25 +110,21 @@ def output_problem(args: argparse.Namespace) -> str | None:
     return None
 
 
-def _refusing_existing(prog: str, run):
-    """``run`` (a bench's CLI function) behind ``output_problem``: exit status 2 with the reason."""
-
-    def guarded(args: argparse.Namespace) -> int:
-        problem = output_problem(args)
-        if problem is not None:
-            print(f"{prog}: {problem}", file=sys.stderr)
-            return 2
-        return run(args)
-
-    return guarded
+def refusing_existing(args: argparse.Namespace) -> int:
+    """The bench ``args.bench`` (a handler's name) behind ``output_problem``: exit status 2 with the reason."""
+    problem = output_problem(args)
+    if problem is not None:
+        print(f"assocmem bench {args.bench_kind}: {problem}", file=sys.stderr)
+        return 2
+    return handler(args.bench)(args)
 
 
 def _mixers(args: argparse.Namespace) -> int:
     import torch
 
-    from .forms import FAMILIES, markdown_table, median_rows, ratio_table, run_bench
+    from assocmem.training.bench.forms import FAMILIES, markdown_table, median_rows, ratio_table, run_bench
 
-    if args.threads is not None:  # (counts are checked by argparse: cli_types.positive_int)
+    if args.threads is not None:  # (counts are checked by argparse: cli/types.py positive_int)
         torch.set_num_threads(args.threads)
     if args.device == "cuda" and not torch.cuda.is_available():
         print("assocmem bench mixers: --device cuda needs a CUDA build of torch and a GPU; this torch "
@@ -177,29 +169,27 @@ def _in_processes(args: argparse.Namespace) -> list[list[dict]]:
         for i in range(args.processes):
             path = Path(tmp) / f"run{i}.json"
             print(f"--- process {i + 1} of {args.processes}", flush=True)
-            code = "import sys; from assocmem.training.cli import main; sys.exit(main(sys.argv[1:]))"
-            subprocess.run([sys.executable, "-c", code, *argv, "--json", str(path)], check=True)
+            subprocess.run([sys.executable, "-m", "assocmem.cli", *argv, "--json", str(path)], check=True)
             runs.append(json.loads(path.read_text()))
     return runs
 
 
-def register_scaling(kinds: argparse._SubParsersAction) -> None:
+def _add_scaling(kinds: argparse._SubParsersAction) -> None:
     """Add `scaling` to the `assocmem bench` kinds."""
-    from .scaling import FAMILIES, SEQ_LENS
-
     p = kinds.add_parser("scaling", help="per-token cost of the chunk forms from 8k to 64k tokens",
-                         description=_module_doc("assocmem.training.bench.scaling"),
+                         description=module_doc("assocmem.training.bench.scaling"),
                          formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--families", nargs="+", default=list(FAMILIES), metavar="PRESET",
-                   help=f"presets with a chunk form (default: {' '.join(FAMILIES)})")
-    p.add_argument("--seq-lens", nargs="+", type=positive_int, default=list(SEQ_LENS), metavar="T")
+    p.add_argument("--families", nargs="+", default=None, metavar="PRESET",
+                   help="presets with a chunk form (default: one per chunk family, training/bench/scaling.py FAMILIES)")
+    p.add_argument("--seq-lens", nargs="+", type=positive_int, default=None, metavar="T",
+                   help="sequence lengths (default: 8192 16384 32768 65536, scaling.py SEQ_LENS)")
     p.add_argument("--mode", choices=["fwd", "fwdbwd"], default="fwdbwd")
     p.add_argument("--heads", type=positive_int, default=1, help="H (B = 1, K = V = 64)")
     p.add_argument("--repeats", type=positive_int, default=2, help="timed calls per T (median), after one warm-up")
     p.add_argument("--threads", type=positive_int, default=1, help="torch intra-op threads (default 1)")
     p.add_argument("--json", type=Path, metavar="PATH", help="write the rows as a JSON list")
     p.add_argument("--markdown", type=Path, metavar="PATH", help="write the rows as a markdown table")
-    p.set_defaults(func=_scaling)
+    p.set_defaults(run=f"{__name__}:_scaling")
 
 
 def _scaling(args: argparse.Namespace) -> int:
@@ -208,8 +198,9 @@ def _scaling(args: argparse.Namespace) -> int:
     from assocmem.mixers.lower import available_forms
     from assocmem.mixers.presets import get_preset
 
-    from .scaling import markdown_table, run_scaling
+    from assocmem.training.bench.scaling import FAMILIES, SEQ_LENS, markdown_table, run_scaling
 
+    args.families, args.seq_lens = args.families or list(FAMILIES), args.seq_lens or list(SEQ_LENS)
     for name in args.families:
         try:
             forms = available_forms(get_preset(name))
@@ -234,12 +225,10 @@ def _scaling(args: argparse.Namespace) -> int:
     return 0
 
 
-def register_decode(kinds: argparse._SubParsersAction) -> None:
+def _add_decode(kinds: argparse._SubParsersAction) -> None:
     """Add `decode` to the `assocmem bench` kinds."""
-    from .decode import MODELS
-
     p = kinds.add_parser("decode", help="per-token decode latency vs context (attention, 75%% GDN hybrid, GDN)",
-                         description=_module_doc("assocmem.training.bench.decode"),
+                         description=module_doc("assocmem.training.bench.decode"),
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--json", type=Path, metavar="PATH", help="write config, rows and ratios as JSON")
     p.add_argument("--contexts", nargs="+", type=positive_int, default=[1024, 4096, 16384], metavar="N")
@@ -248,19 +237,25 @@ def register_decode(kinds: argparse._SubParsersAction) -> None:
     p.add_argument("--vocab", type=positive_int, default=32000)
     p.add_argument("--batch", type=positive_int, default=1)
     p.add_argument("--steps", type=positive_int, default=20, help="timed decode steps per context")
-    p.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
+    p.add_argument("--models", nargs="+", default=None, metavar="MODEL",
+                   help="models of training/bench/decode.py MODELS (default: all: attention gdn75 gdn)")
     p.add_argument("--threads", type=positive_int, default=1,
                    help="intra-op threads (default 1: batch-1 decoding is a chain of small ops, where extra "
                         "threads only add hand-offs; on a shared 2-core machine 2 threads made the recurrent "
                         "layers' per-token GEMVs ~10x slower)")
-    p.set_defaults(func=_decode)
+    p.set_defaults(run=f"{__name__}:_decode")
 
 
 def _decode(args: argparse.Namespace) -> int:
     import torch
 
-    from .decode import run_decode_bench
+    from assocmem.training.bench.decode import MODELS, run_decode_bench
 
+    unknown = [m for m in args.models or () if m not in MODELS]
+    if unknown:
+        print(f"assocmem bench decode: unknown --models {unknown}; choose from {list(MODELS)}", file=sys.stderr)
+        return 2
+    args.models = args.models or list(MODELS)
     torch.set_num_threads(args.threads)
     result = run_decode_bench(tuple(args.contexts), d_model=args.d_model, n_layers=args.layers, vocab=args.vocab,
                               batch=args.batch, steps=args.steps, models=tuple(args.models))
@@ -273,15 +268,14 @@ def _decode(args: argparse.Namespace) -> int:
     return 0
 
 
-def register_train(kinds: argparse._SubParsersAction) -> None:
+def _add_train(kinds: argparse._SubParsersAction) -> None:
     """Add `train` to the `assocmem bench` kinds."""
-    from .train import DEFAULT_MIXERS
-
     p = kinds.add_parser("train", help="training tokens/s per mixer (MQAR model shape)",
-                         description=_module_doc("assocmem.training.bench.train"),
+                         description=module_doc("assocmem.training.bench.train"),
                          formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--mixers", nargs="+", default=list(DEFAULT_MIXERS), metavar="LAYER",
-                   help=f"layer patterns, one model each (default: {' '.join(DEFAULT_MIXERS)})")
+    p.add_argument("--mixers", nargs="+", default=None, metavar="LAYER",
+                   help="layer patterns, one model each (default: training/bench/train.py DEFAULT_MIXERS: "
+                        "attn gdn gla mamba2 sca)")
     p.add_argument("--d-model", type=positive_int, default=128)
     p.add_argument("--n-layers", type=positive_int, default=2)
     p.add_argument("--num-heads", type=positive_int, default=2, help="heads of the recurrent mixers (attention: 1)")
@@ -297,7 +291,7 @@ def register_train(kinds: argparse._SubParsersAction) -> None:
                    help="also time every mixer with its decoder torch.compile'd (as train.compile; the warm-up "
                         "steps compile, minutes on a small CPU)")
     p.add_argument("--json", type=Path, metavar="PATH", help="write config and rows as JSON")
-    p.set_defaults(func=_train_bench)
+    p.set_defaults(run=f"{__name__}:_train_bench")
 
 
 def _train_bench(args: argparse.Namespace) -> int:
@@ -307,14 +301,15 @@ def _train_bench(args: argparse.Namespace) -> int:
         return 2
     import torch
 
-    from .train import run_train_bench
+    from assocmem.training.bench.train import DEFAULT_MIXERS, run_train_bench
 
+    args.mixers = args.mixers or list(DEFAULT_MIXERS)
     torch.set_num_threads(args.threads)
     print(f"training throughput: d_model {args.d_model}, {args.n_layers} layers, L={args.seq_len}, "
           f"batch {args.batch}, {args.threads} thread(s)")
     rows = run_train_bench(args)
     if args.json:
-        config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "func"}
+        config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k not in ("run", "bench")}
         args.json.write_text(json.dumps({"config": config, "rows": rows}, indent=2))
         print(f"wrote {args.json}")
     return 0

@@ -8,7 +8,7 @@ import json
 import sys
 
 
-def register(subparsers) -> None:
+def add_parser(subparsers) -> None:
     p = subparsers.add_parser("distill", help="distill a transformers Llama/Qwen teacher into a hybrid (4 stages)",
                               description="Cross-architecture distillation (thesis §3.4): 1 weight transfer, "
                               "2 attention alignment, 3 logit distillation, 4 SFT; each stage a run folder "
@@ -20,15 +20,14 @@ def register(subparsers) -> None:
                    help="override a field, e.g. --set student.replace_fraction=0.5 (repeatable)")
     p.add_argument("--overwrite", action="store_true", help="redo the stages run (their folders are replaced)")
     p.add_argument("--print-config", action="store_true", help="print the validated config and exit")
-    p.set_defaults(func=_distill)
+    p.set_defaults(run=f"{__name__}:_distill")
 
 
 def _distill(args: argparse.Namespace) -> int:
-    from ..checkpoint import CheckpointError
-    from ..config import ConfigError
-    from ..loop import NonFiniteLossError
-    from .config import load_distill_config
-    from .stages import run_distill
+    from assocmem.training.checkpoint import CheckpointError
+    from assocmem.training.distill.config import load_distill_config
+    from assocmem.training.distill.stages import run_distill
+    from assocmem.training.loop import NonFiniteLossError
 
     try:
         cfg = load_distill_config(args.config, args.overrides)

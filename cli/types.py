@@ -7,7 +7,7 @@ which names the flag: ``argument --seq-len: must be an integer >= 1, got '-5'``,
     positive_float     a finite real number > 0
     non_negative_float a finite real number >= 0
 
-They live in the lowest floor that has a command (mixers), so every command can use them.
+Plain stdlib, so a parser that uses them stays cheap to build.
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Under torchrun the same command runs on every process:
 
-    torchrun --nproc_per_node=2 -m assocmem.training.cli rl CONFIG.yaml
+    torchrun --nproc_per_node=2 -m assocmem.cli rl CONFIG.yaml
 """
 from __future__ import annotations
 
@@ -10,11 +10,8 @@ import argparse
 import json
 import sys
 
-from ..config import ConfigError
-from .config import load_rl_config
 
-
-def register(subparsers) -> None:
+def add_parser(subparsers) -> None:
     p = subparsers.add_parser("rl", help="RL after SFT: GRPO family, gradient-balanced GRPO, self-distillation",
                               description="Reinforcement learning on a verifiable task from a YAML RLConfig "
                                           "(training/rl/config.py).")
@@ -25,10 +22,13 @@ def register(subparsers) -> None:
     mode.add_argument("--resume", action="store_true", help="continue from the newest checkpoint that verifies (exact)")
     mode.add_argument("--overwrite", action="store_true", help="replace an existing run folder of the same name")
     p.add_argument("--print-config", action="store_true", help="print the validated config and exit")
-    p.set_defaults(func=_rl)
+    p.set_defaults(run=f"{__name__}:_rl")
 
 
 def _rl(args: argparse.Namespace) -> int:
+    from assocmem.training.config_files import ConfigError
+    from assocmem.training.rl.config import load_rl_config
+
     try:
         cfg = load_rl_config(args.config, args.overrides)
     except ConfigError as err:
@@ -37,7 +37,7 @@ def _rl(args: argparse.Namespace) -> int:
     if args.print_config:
         print(cfg.to_yaml())
         return 0
-    from .loop import train_rl
+    from assocmem.training.rl.loop import train_rl
 
     try:
         summary = train_rl(cfg, resume=args.resume, overwrite=args.overwrite)

@@ -13,43 +13,24 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-import warnings
 from pathlib import Path
 
-import torch
-import yaml
-
-from assocmem.memories import derive
-
-from .cli_types import positive_int
-from .lower import APPROXIMATE, available_forms, choose_backend
-from .presets import PUBLISHED_LAYERS, get_preset, list_presets
-from .spec import MixerSpec
-from .convert.cases import LAYER_CASES
-from .verify import PairResult, verify, verify_backends
-from .verify_layers import verify_layers
+from .types import positive_int
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    """Add ``derive`` and ``verify`` (called by training/cli.py)."""
-    register_derive(sub)
-    register_verify(sub)
-
-
-def register_derive(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Add ``derive`` and ``verify``."""
     p = sub.add_parser("derive", help="show the derived per-token update of a spec",
                        description="Print a spec's derived update, its class and the forms it admits.")
     p.add_argument("spec", help="a spec YAML/JSON file or a preset name")
-    p.set_defaults(func=derive_main)
+    p.set_defaults(run=f"{__name__}:derive_main")
 
-
-def register_verify(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("verify", help="compare derived, hand-written, lowered and external implementations",
                        description="Check every preset (or the named presets / spec files) against its "
                                    "derivation; exit 1 on any mismatch.")
     p.add_argument("names", nargs="*", metavar="NAME",
-                   help=f"preset names or spec YAML/JSON files (default: all presets: {', '.join(list_presets())})")
+                   help="preset names or spec YAML/JSON files (default: every preset, "
+                        "assocmem.mixers.list_presets())")
     p.add_argument("--json", type=Path, metavar="PATH", help="also write the results as a JSON list")
     p.add_argument("--layers", action="store_true",
                    help="only the layer pairs: each preset layer against the published transformers layer it "
@@ -67,11 +48,15 @@ def register_verify(sub: argparse._SubParsersAction) -> None:
                         "on the GPU against the derivation in float32 and bf16, and each FLA-covered layer by backend "
                         "fla against backend torch (mixers/verify.py verify_backends: tolerances BACKEND_RTOL, "
                         "LAYER_RTOL)")
-    p.set_defaults(func=verify_main)
+    p.set_defaults(run=f"{__name__}:verify_main")
 
 
-def resolve_spec(name: str, command: str) -> MixerSpec:
+def resolve_spec(name: str, command: str):
     """The spec of a preset name / alias or a YAML/JSON file; SystemExit naming ``command`` otherwise."""
+    import yaml
+
+    from assocmem.mixers import MixerSpec, get_preset
+
     if name.endswith((".yaml", ".yml", ".json")):
         if not Path(name).is_file():
             raise SystemExit(f"{command}: spec file {name!r} does not exist")
@@ -86,6 +71,10 @@ def resolve_spec(name: str, command: str) -> MixerSpec:
 
 
 def derive_main(args: argparse.Namespace) -> int:
+    from assocmem.memories import derive
+    from assocmem.mixers.lower import APPROXIMATE, available_forms
+    from assocmem.mixers.presets import PUBLISHED_LAYERS, get_preset
+
     spec = resolve_spec(args.spec, "derive")
     step = derive(spec)
     forms = [f + (" (approximate, opt-in)" if f in APPROXIMATE else "") for f in available_forms(spec)]
@@ -105,19 +94,15 @@ def derive_main(args: argparse.Namespace) -> int:
     return 0
 
 
-def print_table(results: list[PairResult], out=None) -> None:
-    """One line per pair: preset, pair, max abs error, tolerance, verdict."""
-    out = out or sys.stdout
-    w = max(len(r.pair) for r in results)
-    print(f"{'preset':22s}  {'pair':{w}s}  {'max abs error':>13s}  {'tol':>7s}  result", file=out)
-    for r in results:
-        verdict = ("pass" if r.passed else "FAIL") + (" (differs as expected)" if r.expect == "differ" and r.passed else "")
-        print(f"{r.preset:22s}  {r.pair:{w}s}  {r.max_abs_error:13.2e}  {r.tolerance:7.0e}  {verdict}", file=out)
-
-
-def backend_lines(spec: MixerSpec) -> list[str]:
+def backend_lines(spec) -> list[str]:
     """Which kernel backend ``auto`` gives ``spec`` on CPU and on CUDA (as it resolves with what is installed
     here, for bf16 training), and why (mixers/kernels.py)."""
+    import warnings
+
+    import torch
+
+    from assocmem.mixers.lower import choose_backend
+
     lines = []
     for device in ("cpu", "cuda"):
         with warnings.catch_warnings():
@@ -129,6 +114,11 @@ def backend_lines(spec: MixerSpec) -> list[str]:
 
 
 def verify_main(args: argparse.Namespace) -> int:
+    from assocmem.mixers.convert.cases import LAYER_CASES
+    from assocmem.mixers.presets import list_presets
+    from assocmem.mixers.verify import PairResult, print_table, verify
+    from assocmem.mixers.verify_layers import verify_layers
+
     specs = [resolve_spec(n, "verify") for n in (args.names or list_presets())]
     results: list[PairResult] = []
     if getattr(args, "device", "cpu") == "cuda":
@@ -155,8 +145,12 @@ def verify_main(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _verify_cuda(specs: list[MixerSpec], args: argparse.Namespace, env=None) -> int:
+def _verify_cuda(specs: list, args: argparse.Namespace, env=None) -> int:
     """``verify --device cuda``: ``verify_backends`` of every spec (``env``: an injected FlaEnv, for tests)."""
+    import torch
+
+    from assocmem.mixers.verify import PairResult, print_table, verify_backends
+
     if env is None and not torch.cuda.is_available():
         raise SystemExit("verify --device cuda: no CUDA device here (torch.cuda.is_available() is False); run it on "
                          "a GPU machine, or verify without --device for the float64 pairs on CPU")

@@ -2,25 +2,25 @@
 
 Under torchrun the same command trains with DDP on every process:
 
-    torchrun --nproc_per_node=2 -m assocmem.training.cli train CONFIG.yaml
+    torchrun --nproc_per_node=2 -m assocmem.cli train CONFIG.yaml
 """
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from importlib.resources import files
 from pathlib import Path
 
-from assocmem.mixers.cli_types import positive_int
-
-from .config import ConfigError, load_config
+from .types import positive_int
 
 
-def register(subparsers) -> None:
-    """Add the ``train`` and ``eval`` subcommands (called by training/cli.py)."""
+def add_parser(subparsers) -> None:
+    """Add the ``train`` and ``eval`` subcommands."""
     p = subparsers.add_parser("train", help="train a model from a YAML TrainConfig",
                               description="Train a model from a YAML TrainConfig (see training/configs/).")
-    shipped = ", ".join(sorted(c.stem for c in BUNDLED.glob("*.yaml")))
+    bundled = Path(str(files("assocmem.training").joinpath("configs")))  # training/config_files.BUNDLED
+    shipped = ", ".join(sorted(c.stem for c in bundled.glob("*.yaml")))
     p.add_argument("config", help=f"YAML TrainConfig (or sweep) file, the name of a bundled config ({shipped}), "
                    "or with --resume a run folder (resumed where it is, e.g. after moving it)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -40,7 +40,7 @@ def register(subparsers) -> None:
     p.add_argument("--list", action="store_true", help="sweep files: list the runs and their status, then exit")
     p.add_argument("--only", action="append", default=[], metavar="TEXT",
                    help="sweep files: train only runs whose name contains TEXT (repeatable: any of them)")
-    p.set_defaults(func=_train)
+    p.set_defaults(run=f"{__name__}:_train")
 
     e = subparsers.add_parser("eval", help="evaluate a trained run",
                               description="Evaluate a run's checkpoint on its eval set or on other data.")
@@ -53,25 +53,13 @@ def register(subparsers) -> None:
     e.add_argument("--json", help="write the metrics to this file (default: RUN_DIR/eval.json); an existing "
                    "file is refused unless --overwrite")
     e.add_argument("--overwrite", action="store_true", help="replace an existing metrics file")
-    e.set_defaults(func=_eval)
-
-
-BUNDLED = Path(__file__).resolve().parent / "configs"
-
-
-def resolve_config(name: str) -> str:
-    """A YAML path, or the name of a config shipped in training/configs/ (with or without .yaml)."""
-    if Path(name).is_file():
-        return name
-    bundled = BUNDLED / (name if name.endswith((".yaml", ".yml")) else f"{name}.yaml")
-    if bundled.is_file():
-        return str(bundled)
-    shipped = sorted(p.stem for p in BUNDLED.glob("*.yaml"))
-    raise ConfigError(f"config file not found: {name} (bundled configs: {shipped})")
+    e.set_defaults(run=f"{__name__}:_eval")
 
 
 def _run_folder_config(args: argparse.Namespace) -> None:
     """``train RUN_DIR --resume``: the folder's config.yaml, with output_dir and name set to where the folder is now."""
+    from assocmem.training.config_files import ConfigError
+
     run_dir = Path(args.config)
     if not args.resume:
         raise ConfigError(f"{run_dir} is a folder; pass a config file, or add --resume to continue the run it holds")
@@ -83,7 +71,9 @@ def _run_folder_config(args: argparse.Namespace) -> None:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from .sweep import is_sweep
+    from assocmem.training.config import load_config
+    from assocmem.training.config_files import ConfigError, resolve_config
+    from assocmem.training.sweep import is_sweep
 
     args.config_given = args.config
     try:
@@ -115,8 +105,8 @@ def _train(args: argparse.Namespace) -> int:
 def _train_one(cfg, *, resume: bool, overwrite: bool) -> int:
     """Train one run; print its summary line (0), or the error without a traceback (1: the run failed,
     2: the run folder, config or data was refused)."""
-    from .checkpoint import CheckpointError
-    from .loop import NonFiniteLossError, train
+    from assocmem.training.checkpoint import CheckpointError
+    from assocmem.training.loop import NonFiniteLossError, train
 
     try:
         summary = train(cfg, resume=resume, overwrite=overwrite)
@@ -132,10 +122,10 @@ def _train_one(cfg, *, resume: bool, overwrite: bool) -> int:
 
 def _seeds(args: argparse.Namespace) -> int:
     """``--seeds``: the config once per seed, a mean/range table and (``--result``) a result record."""
-    from .checkpoint import CheckpointError
-    from .loop import NonFiniteLossError
-    from .results import current_versions, make_record, save_record
-    from .seeds import seed_config, seeds_table, train_seeds
+    from assocmem.training.checkpoint import CheckpointError
+    from assocmem.training.loop import NonFiniteLossError
+    from assocmem.training.results import current_versions, make_record, save_record
+    from assocmem.training.seeds import seed_config, seeds_table, train_seeds
 
     current_versions()  # read now: the code this process runs, whatever is committed while it trains
 
@@ -180,8 +170,8 @@ def _eval_output(args: argparse.Namespace) -> Path:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from .checkpoint import CheckpointError
-    from .evaluate import evaluate_run
+    from assocmem.training.checkpoint import CheckpointError
+    from assocmem.training.evaluate import evaluate_run
 
     try:
         out = _eval_output(args)
@@ -202,13 +192,14 @@ def _eval(args: argparse.Namespace) -> int:
 
 def _sweep(args: argparse.Namespace) -> int:
     """Train every run of a sweep file in order (finished runs skipped, interrupted ones resumed)."""
-    from .sweep import load_sweep, markdown_table, results_table, run_status
+    from assocmem.training.config_files import ConfigError
+    from assocmem.training.sweep import load_sweep, markdown_table, results_table, run_status
 
     if args.result and Path(args.result).exists() and not args.overwrite:
         print(f"assocmem train: --result {args.result} exists; pass --overwrite to replace it", file=sys.stderr)
         return 2
     if args.result:
-        from .results import current_versions
+        from assocmem.training.results import current_versions
 
         current_versions()  # read now: the code this process runs
     try:
@@ -242,8 +233,8 @@ def _sweep(args: argparse.Namespace) -> int:
 
 def _sweep_result(args: argparse.Namespace, spec, table: list[dict]) -> None:
     """The result record of a sweep run with --seeds: per seed, the best metric of every row."""
-    from .results import write_result
-    from .sweep import SEED_AXIS, seed_metrics
+    from assocmem.training.results import write_result
+    from assocmem.training.sweep import SEED_AXIS, seed_metrics
 
     per_seed = seed_metrics(spec, table)
     missing = sorted(set(args.seeds) - set(per_seed))
@@ -261,7 +252,7 @@ def _sweep_result(args: argparse.Namespace, spec, table: list[dict]) -> None:
 
 def _command(args: argparse.Namespace) -> str:
     """The command as typed, rebuilt from the parsed arguments (config as given, seeds, --set, --result)."""
-    from .results import command_line
+    from assocmem.training.results import command_line
 
     return command_line("assocmem", ["train", args.config_given, "--seeds", *map(str, args.seeds),
                                      *[a for o in args.overrides for a in ("--set", o)],
