@@ -511,8 +511,11 @@ def register_smoke(kinds: argparse._SubParsersAction) -> None:
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", choices=["cpu", "cuda"], default="cuda")
     p.add_argument("--tiny", action="store_true", help="only the *-tiny presets, hybrids at d_model 32 (CPU checks)")
-    p.add_argument("--layers", nargs="+", default=None, metavar="PATTERN",
-                   help="hybrid patterns instead of the default list (smoke.HYBRIDS and every 'PRESET,attn')")
+    p.add_argument("--presets", nargs="*", default=None, metavar="PRESET",
+                   help="model presets instead of all of them (none: only the hybrids)")
+    p.add_argument("--layers", nargs="*", default=None, metavar="PATTERN",
+                   help="hybrid patterns instead of the default list (smoke.HYBRIDS and every 'PRESET,attn'; "
+                        "none: only the presets)")
     p.add_argument("--width", type=positive_int, default=256, help="d_model of the hybrids (heads of 64)")
     p.add_argument("--batch", type=positive_int, default=2)
     p.add_argument("--seq-len", type=positive_int, default=256, metavar="T")
@@ -530,7 +533,8 @@ def _smoke(args: argparse.Namespace) -> int:
     if _no_cuda("assocmem bench smoke", args.device):
         return 2
     try:
-        configs = configurations(args.tiny, args.width, tuple(args.layers) if args.layers else None)
+        configs = configurations(args.tiny, args.width, None if args.layers is None else tuple(args.layers),
+                                 None if args.presets is None else tuple(args.presets))
     except ValueError as err:
         print(f"assocmem bench smoke: {err}", file=sys.stderr)
         return 2

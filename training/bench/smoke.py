@@ -33,11 +33,15 @@ HYBRIDS = ("gated_deltanet,attn", "par(gated_deltanet,attn)", "deltanet,linear_a
            "rwkv7_dplr,attn")
 
 
-def configurations(tiny: bool = False, width: int = 256, layers: tuple[str, ...] | None = None) -> dict[str, HybridConfig]:
-    """name -> HybridConfig of every configuration the smoke trains (module docstring)."""
-    presets = [p for p in list_model_presets() if not tiny or p.endswith("-tiny") or "-tiny-" in p]
+def configurations(tiny: bool = False, width: int = 256, layers: tuple[str, ...] | None = None,
+                   presets: tuple[str, ...] | None = None) -> dict[str, HybridConfig]:
+    """name -> HybridConfig of every configuration the smoke trains (module docstring); ``presets`` and
+    ``layers`` replace the default lists."""
+    if presets is None:
+        presets = tuple(p for p in list_model_presets() if not tiny or p.endswith("-tiny") or "-tiny-" in p)
     out = {p: get_model_preset(p) for p in presets}
-    patterns = layers or HYBRIDS + tuple(f"{p},attn" for p in list_presets() if f"{p},attn" not in HYBRIDS)
+    patterns = layers if layers is not None else HYBRIDS + tuple(f"{p},attn" for p in list_presets()
+                                                                  if f"{p},attn" not in HYBRIDS)
     d, heads = (32, 2) if tiny else (width, max(width // 64, 1))
     for pattern in patterns:
         extra = {"overrides": {"sca": {"num_heads": heads}}} if "sca" in pattern else {}
