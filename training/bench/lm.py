@@ -97,7 +97,8 @@ def measure(name: str, T: int, *, batch: int, device: torch.device, precision: s
     if cuda:
         torch.cuda.reset_peak_memory_stats(device)
     torch.manual_seed(0)
-    model, hc = build(name, T, backend)
+    with device:  # parameters made where they train (a 370M model's CPU init takes seconds)
+        model, hc = build(name, T, backend)
     model = model.to(device).train()
     row = {"params_m": sum(p.numel() for p in model.parameters()) / 1e6, "kernels": None}
     if not name.startswith(f"{LLAMA}:"):

@@ -60,7 +60,9 @@ def sequence_length(hc: HybridConfig, seq_len: int) -> int:
 def train_step(hc: HybridConfig, *, device: torch.device, batch: int, seq_len: int, backend: str | None) -> dict:
     """One AdamW step of a fresh model of ``hc`` under bf16 autocast: loss, seconds and kernels."""
     torch.manual_seed(0)
-    model = build_model(hc).to(device).train()
+    with device:  # parameters made where they train (a 370M model's CPU init takes seconds)
+        model = build_model(hc)
+    model = model.to(device).train()
     if backend is not None:
         set_backend(model, backend)
     kernels = sorted({f"{form.name} [{form.backend}]" for _, form in check_backend(model, device, torch.bfloat16)})
