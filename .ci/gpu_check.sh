@@ -54,11 +54,12 @@ cat > "$LINK/bin/verify-each" <<'SCRIPT'
 #!/usr/bin/env bash
 limit=$1 per=$2 flags=$3
 shift 3
-start=$(date +%s)
+start=$(date +%s) rc=0
 for spec in "$@"; do
-  if (( $(date +%s) - start + 10 > limit )); then echo "verify: no time left for $spec"; continue; fi
-  timeout --kill-after=5 "$per" assocmem verify $flags "$spec" || echo "verify $spec: exit $?"
+  if (( $(date +%s) - start + 10 > limit )); then echo "verify: no time left for $spec"; rc=1; continue; fi
+  timeout --kill-after=5 "$per" assocmem verify $flags "$spec" || { echo "verify $spec: exit $?"; rc=1; }
 done
+exit $rc
 SCRIPT
 chmod +x "$LINK/bin/assocmem" "$LINK/bin/verify-each"
 export PATH="$LINK/bin:$PATH"
