@@ -475,7 +475,8 @@ def markdown_tables(rows: list[dict]) -> str:
                  for c in COLUMNS]
         ms.append(f"| {fam} | {T} | {mode} | " + " | ".join(cells)
                   + f" | {ratio(auto, by.get('fla'))} | {ratio(by.get('compiled'), by.get('eager'))} |")
-        first.append(f"| {fam} | {T} | {mode} | " + " | ".join(_cell(by.get(c), "first_call_s") for c in COLUMNS) + " |")
+        seconds = " | ".join(_cell(by.get(c), "first_call_s") for c in COLUMNS)
+        first.append(f"| {fam} | {T} | {mode} | {seconds} |")
     reasons = sorted({f"- {r['family']} {r['impl']}: {r['status']}" for r in rows if not r["status"].startswith("ok")})
     return "\n".join(["warm milliseconds (median):", "", *ms, "", "first call, seconds (compile + autotune + one run):",
                       "", *first] + (["", "rows that did not run:", "", *reasons] if reasons else []))

@@ -143,8 +143,8 @@ def _mixers(args: argparse.Namespace) -> int:
     from .forms import FAMILIES, markdown_table, median_rows, ratio_table, run_bench
 
     if args.device == "cuda":
-        return _backends(_defaults(register_backends, "backends", families=args.families, seq_lens=args.seq_lens, modes=args.modes,
-                                            json=args.json, markdown=args.markdown, overwrite=args.overwrite))
+        return _backends(_defaults(register_backends, "backends", families=args.families, seq_lens=args.seq_lens,
+                                   modes=args.modes, json=args.json, markdown=args.markdown, overwrite=args.overwrite))
     if args.threads is not None:  # (counts are checked by argparse: cli_types.positive_int)
         torch.set_num_threads(args.threads)
     args.seq_lens = args.seq_lens or [512, 2048, 8192]

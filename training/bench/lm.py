@@ -168,7 +168,7 @@ def format_row(r: dict) -> str:
     peak = f"{r['peak_gib']:6.1f} GiB" if r["peak_gib"] is not None else "   n/a    "
     ratio = f"  {r['vs_llama']:5.2f}x llama" if r.get("vs_llama") else ""
     return (f"  {r['model']:32s} T={r['T']:6d} {r['params_m']:7.1f}M {r['tokens_per_s']:12,.0f} tokens/s  peak {peak}"
-            f"  first step {r['first_step_s']:6.1f} s{ratio}" + (f"  {', '.join(r['kernels'])}" if r["kernels"] else ""))
+            f"  first step {r['first_step_s']:6.1f} s{ratio}  " + ", ".join(r["kernels"] or []))
 
 
 def markdown_table(rows: list[dict]) -> str:
@@ -180,6 +180,6 @@ def markdown_table(rows: list[dict]) -> str:
             continue
         peak = f"{r['peak_gib']:.1f} GiB" if r["peak_gib"] is not None else "n/a"
         ratio = f"{r['vs_llama']:.2f}" if r.get("vs_llama") else ""
-        lines.append(f"| {r['model']} | {r['T']} | {r['params_m']:.1f}M | {r['tokens_per_s']:,.0f} | {ratio} | {peak} | "
-                     f"{r['first_step_s']:.1f} s | {', '.join(r['kernels'] or [])} |")
+        lines.append(f"| {r['model']} | {r['T']} | {r['params_m']:.1f}M | {r['tokens_per_s']:,.0f} | {ratio} | "
+                     f"{peak} | {r['first_step_s']:.1f} s | {', '.join(r['kernels'] or [])} |")
     return "\n".join(lines)
