@@ -18,7 +18,7 @@ TORCH  ?= torch==2.13.0
 FLA    := fla-core
 PYTEST := -m pytest -q -m "not slow" -p no:cacheprovider
 
-.PHONY: setup setup-eval demo test test-slow test-latest test-oldest lock verify bench bench-gpu clean
+.PHONY: setup setup-eval demo test test-slow test-latest test-oldest lock verify bench bench-gpu gpu-wheels gpu-check clean
 
 setup: $(STAMP)
 
@@ -83,11 +83,18 @@ verify: setup
 bench: setup
 	$(VENV)/bin/assocmem bench mixers --json bench_mixers.json
 
-# on a CUDA machine with a CUDA torch and flash-linear-attention (triton) installed in the venv:
-# eager and compiled (inductor -> Triton) chunk forms against FLA's Triton kernels
+# On a CUDA machine with a CUDA torch and assocmem[cuda] (docs/gpu.md): every kernel backend of each family
+# against FLA's kernel called directly and SDPA, B=8, H=16, K=V=128, T 2048 and 8192, bf16 (under 5 minutes)
 bench-gpu: setup
-	$(VENV)/bin/assocmem bench mixers --device cuda --compiled --families gated_deltanet mamba2 gla \
-		--seq-lens 2048 8192 32768 --processes 3 --json bench_gpu.json --markdown bench_gpu.md
+	$(VENV)/bin/assocmem bench backends --device cuda --json bench_gpu.json --markdown bench_gpu.md
+
+# The wheels .ci/gpu_check.sh installs on a GPU machine without a package index, into .whl/ (git-ignored)
+gpu-wheels:
+	bash .ci/gpu_wheels.sh $(PYTHON)
+
+# smoke, verify and the GPU benches with a time limit each, results in $(OUT) (docs/gpu.md); DEVICE=cpu: tiny
+gpu-check:
+	DEVICE=$(or $(DEVICE),cuda) OUT=$(or $(OUT),gpu_check_out) bash .ci/gpu_check.sh
 
 clean:
 	rm -rf $(VENV) .venv-latest .venv-oldest .venv-lock build *.egg-info

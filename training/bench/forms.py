@@ -32,7 +32,6 @@ from assocmem.mixers.lower import COMPILABLE, available_forms, default_chunk_siz
 from assocmem.mixers.presets import get_preset
 from assocmem.mixers.verify import make_case
 
-from .gpu import triton_references
 from .timing import matmul_peak_gflops, measure, measure_round_robin, time_call
 
 FAMILIES = ("gated_deltanet", "mamba2", "gla", "sca", "softmax")
@@ -72,9 +71,8 @@ def chunk_flops(family: str, B: int, T: int, H: int, K: int, V: int, C: int | No
 # ------------------------------------------------------------------ families
 
 
-def implementations(family: str, T: int, K: int = 64, compiled: bool = False, device: str = "cpu") -> dict[str, Callable]:
-    """name -> op of one family at length T (head width K); ``compiled``: the compiled forms too;
-    on CUDA also FLA's Triton kernels (``gpu.triton_references``)."""
+def implementations(family: str, T: int, K: int = 64, compiled: bool = False) -> dict[str, Callable]:
+    """name -> op of one family at length T (head width K); ``compiled``: the compiled forms too."""
     spec = get_preset(family)
     impls: dict[str, Callable] = {}
     if T <= DERIVED_MAX_T:
@@ -93,8 +91,6 @@ def implementations(family: str, T: int, K: int = 64, compiled: bool = False, de
     for ref in external_references(spec):
         if "chunk" in ref.name:
             impls[ref.name] = ref.fn
-    if device == "cuda":
-        impls.update(triton_references(family))
     return impls
 
 
@@ -123,7 +119,7 @@ def _is_reference(impl: str) -> bool:
 
 
 def bench_family(family: str, Ts, modes, *, B=1, H=4, K=64, V=64, peak: float, log=print,
-                 only: tuple[str, ...] = (), compiled: bool = False, device: str = "cpu") -> list[BenchRow]:
+                 only: tuple[str, ...] = (), compiled: bool = False) -> list[BenchRow]:
     """Rows of one family; ``only`` keeps implementations whose name contains one of its strings.
 
     Per (T, mode): the fast forms and the external peers are timed round-robin
@@ -135,10 +131,10 @@ def bench_family(family: str, Ts, modes, *, B=1, H=4, K=64, V=64, peak: float, l
     rows = []
     for T in Ts:
         case = make_case(spec, B=B, T=T, H=H, K=K, V=V, dtype=torch.float32, with_state=False)
-        inputs = {n: t.detach().to(device) for n, t in case.tensors.items()}
+        inputs = {n: t.detach() for n, t in case.tensors.items()}
         extra = {} if case.scale is None else {"scale": case.scale}
         bind = lambda f: lambda q, k, v, **kw: f(q, k, v, **kw, **extra)  # noqa: E731
-        impls = {name: bind(fn) for name, fn in implementations(family, T, K, compiled, device).items()
+        impls = {name: bind(fn) for name, fn in implementations(family, T, K, compiled).items()
                  if not only or any(o in name for o in only)}
         fast = {n: f for n, f in impls.items() if not _is_reference(n)}
         refs = [n for n in impls if _is_reference(n)]
@@ -161,7 +157,7 @@ def bench_family(family: str, Ts, modes, *, B=1, H=4, K=64, V=64, peak: float, l
 
 
 def run_bench(families=FAMILIES, Ts=(512, 2048, 8192), modes=("fwd", "fwdbwd"), log=print,
-              only: tuple[str, ...] = (), compiled: bool = False, device: str = "cpu") -> list[dict]:
+              only: tuple[str, ...] = (), compiled: bool = False) -> list[dict]:
     """All rows as dicts (JSON-ready); the first row is the matmul peak of this run."""
     torch.manual_seed(0)
     t0 = time.perf_counter()
@@ -170,7 +166,7 @@ def run_bench(families=FAMILIES, Ts=(512, 2048, 8192), modes=("fwd", "fwdbwd"), 
     log(f"fp32 matmul peak (2048², {torch.get_num_threads()} threads): {peak:.1f} GFLOP/s")
     rows: list[BenchRow] = [BenchRow("matmul", "torch.mm 2048x2048 (peak)", 0, "fwd", ms, peak, 0.0, None)]
     for fam in families:
-        rows += bench_family(fam, Ts, modes, peak=peak, log=log, only=only, compiled=compiled, device=device)
+        rows += bench_family(fam, Ts, modes, peak=peak, log=log, only=only, compiled=compiled)
     return [asdict(r) for r in rows]
 
 

@@ -19,7 +19,6 @@ import torch
 from assocmem.models import HybridConfig, build_model
 
 from ..objective import CausalLMObjective
-from ..tasks import mqar_arrays
 from .timing import time_round_robin
 
 DEFAULT_MIXERS = ("attn", "gdn", "gla", "mamba2", "sca")
@@ -28,6 +27,8 @@ DEFAULT_MIXERS = ("attn", "gdn", "gla", "mamba2", "sca")
 def _trainer(layers: str, args: argparse.Namespace, compile: bool = False):
     """A closure running one optimizer step of a fresh model with ``layers`` as every layer
     (``compile``: its decoder torch.compile'd in place, as ``train.compile``)."""
+    from ..tasks import mqar_arrays  # (imports datasets: not at registration, so `assocmem bench` runs without it)
+
     torch.manual_seed(0)
     heads = 1 if layers == "attn" else args.num_heads
     hc = HybridConfig(d_model=args.d_model, layers=layers, n_layers=args.n_layers, num_heads=heads,

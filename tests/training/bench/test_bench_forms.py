@@ -109,14 +109,3 @@ def test_compiled_rows_time_their_first_call_and_compare_with_eager():
     assert by_impl["chunk (compiled)"]["gflops"] > 0
     assert any("chunk (compiled) is" in line and line.rstrip().endswith("than chunk") for line in ratio_table(rows))
     assert "| chunk (compiled) (first call " in markdown_table(rows)
-
-
-def test_device_cuda_is_refused_without_a_gpu(capsys):
-    from assocmem.training.bench.gpu import triton_references
-    from assocmem.cli import main
-
-    if torch.cuda.is_available():
-        pytest.skip("a GPU is present: make bench-gpu runs there")
-    assert main(["bench", "mixers", "--device", "cuda", "--families", "gated_deltanet", "--seq-lens", "64"]) == 2
-    assert "--device cuda needs a CUDA build of torch" in capsys.readouterr().err
-    assert triton_references("gated_deltanet") == {}  # FLA's Triton kernels are never loaded without CUDA
