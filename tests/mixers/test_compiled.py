@@ -119,7 +119,7 @@ def test_lower_compile_option():
     assert form.compiled and form.name == "chunk" and not lower(spec, "chunk").compiled
     assert COMPILABLE == {"chunk", "prefix_sum"}
     assert compilable(spec) and compilable(get_preset("sca")) and not compilable(get_preset("softmax"))
-    with pytest.raises(ValueError, match="compile=True needs a form with a compiled variant.*'recurrent'"):
+    with pytest.raises(ValueError, match=r"compile=True\) needs a form with a compiled variant.*'recurrent'"):
         lower(spec, "recurrent", compile=True)
     with pytest.raises(ValueError, match="the scan form is compiled already"):
         lower(get_preset("ttt_linear"), "scan", compile=True)
