@@ -150,6 +150,7 @@ def _verify_cuda(specs: list, args: argparse.Namespace, env=None) -> int:
     import torch
 
     from assocmem.mixers.verify import PairResult, print_table, verify_backends
+    from assocmem.models.verify_backends import model_backend_pairs
 
     if env is None and not torch.cuda.is_available():
         raise SystemExit("verify --device cuda: no CUDA device here (torch.cuda.is_available() is False); run it on "
@@ -161,6 +162,8 @@ def _verify_cuda(specs: list, args: argparse.Namespace, env=None) -> int:
             print(f"{spec.name or 'custom':22s}  {line}")
         results += verify_backends(spec, device, env=env, T=args.seq_len, seed=args.seed,
                                    **({} if env is None else {"backends": ("fla", "torch")}))
+    for dtype in (torch.float32, torch.bfloat16):  # the whole model: every recurrent layer on FLA vs torch
+        results += model_backend_pairs(device, dtype, env=env)
     print_table(results)
     failed = [r for r in results if not r.passed]
     print(f"\n{len(results) - len(failed)} of {len(results)} backend pairs pass on {device}")

@@ -8,7 +8,7 @@ Short convolution (``layer.attention.short_conv``, off by default): the three pr
 through the recurrent mixers' causal depthwise conv + SiLU (mixers/conv.py, width
 ``layer.conv_size``) before QK-norm and the rotary map, so every q, k, v sees the last few
 tokens, the "shift" the recurrent mixers get for free and plain attention has to learn as a
-previous-token head (the MQAR control of docs/mqar_target.md). Padded tokens enter the conv as
+previous-token head (the MQAR control of docs/experiments/mqar-target.md). Padded tokens enter the conv as
 zeros, which equals its own left padding: with the conv, a padding mask must be left padding
 (each row's padding before its real tokens) and may not pad after a cache.
 

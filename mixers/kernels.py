@@ -7,7 +7,7 @@
     auto       on CUDA: fla where the class has an FLA kernel and FLA takes the call (``fla_status``), else
                compiled where the form has a compiled variant, else torch. On CPU: torch, the eager form:
                inductor's compile costs tens of seconds per graph on a CPU for a few percent there
-               (docs/perf.md), so a CPU run compiles only when asked (backend="compiled").
+               (docs/performance.md), so a CPU run compiles only when asked (backend="compiled").
 
 When FLA would refuse the call, ``auto`` falls back (compiled, else torch) with one warning per reason
 that names the reason and the fix; ``backend="fla"`` raises ValueError with the same words before any
