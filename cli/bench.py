@@ -224,14 +224,9 @@ def _scaling(args: argparse.Namespace) -> int:
     rows = run_scaling(tuple(args.families), tuple(args.seq_lens), mode=args.mode, H=args.heads,
                        repeats=args.repeats)
     table = markdown_table(rows)
-    print("\n" + table)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
-        print(f"wrote {args.json}")
-    if args.markdown:
-        args.markdown.write_text(table + "\n")
-        print(f"wrote {args.markdown}")
-    return 0
+    return _report(args, table)
 
 
 def _add_decode(kinds: argparse._SubParsersAction) -> None:
@@ -356,6 +351,17 @@ def _json_writer(path: Path | None, config: dict):
     return write
 
 
+def _report(args: argparse.Namespace, table: str) -> int:
+    """Print a bench's markdown table, write it to --markdown, name the files written (--json: by the bench)."""
+    print("\n" + table)
+    if args.markdown:
+        args.markdown.write_text(table + "\n")
+    for path in (args.json, args.markdown):
+        if path:
+            print(f"wrote {path}")
+    return 0
+
+
 def _budgets(p: argparse.ArgumentParser, total: float, case: float) -> None:
     p.add_argument("--budget-s", type=non_negative_float, default=total, metavar="S",
                    help=f"seconds for the whole bench; rows past it read 'skipped: budget' (default {total:g})")
@@ -443,13 +449,7 @@ def _backends(args: argparse.Namespace) -> int:
                         env=env, impls=tuple(args.impls), repeats=args.repeats, budget_s=args.budget_s,
                         case_budget_s=args.case_budget_s, tol=args.tol, on_row=_json_writer(args.json, config))
     tables = markdown_tables(rows)
-    print("\n" + tables)
-    if args.json:
-        print(f"wrote {args.json}")
-    if args.markdown:
-        args.markdown.write_text(tables + "\n")
-        print(f"wrote {args.markdown}")
-    return 0
+    return _report(args, tables)
 
 
 def _add_models(kinds: argparse._SubParsersAction) -> None:
@@ -497,13 +497,7 @@ def _models(args: argparse.Namespace) -> int:
                       steps=args.steps, budget_s=args.budget_s, case_budget_s=args.case_budget_s,
                       on_row=_json_writer(args.json, config))
     table = markdown_table(rows)
-    print("\n" + table)
-    if args.json:
-        print(f"wrote {args.json}")
-    if args.markdown:
-        args.markdown.write_text(table + "\n")
-        print(f"wrote {args.markdown}")
-    return 0
+    return _report(args, table)
 
 
 def _add_smoke(kinds: argparse._SubParsersAction) -> None:
