@@ -12,6 +12,9 @@ Classes (their forms: the class table in mixers/lower.py):
     diag_rank1     Matrix + L2 + L2Decay + GD (the "joint" single step)
     dplr           Matrix + (L2 with GD(rate="key") | RemoveReplace) + (None | L2Decay) + GD, one step:
                    diagonal plus low rank with a per-key rate or a separate removal key (RWKV-7)
+    selective      Matrix + DotProduct + L2Decay(gate="entry") + (GD | RetainThenGD), one step: a decay
+                   per entry of S (Mamba's selective SSM, Gu & Dao 2023); it does not factor into a
+                   per-head or per-key decay, so it has no chunkwise matmul form (mixers/lower.py)
     spectral       Spectral + CharacteristicFunction + None + ClosedForm
     nonparametric  NonParametric + NadarayaWatson + (None | Window) + ClosedForm
     scan           everything else that is valid (Lp, Huber, MLP memory, Momentum, KL, ℓ1, the joint
@@ -77,6 +80,9 @@ def check_axes(spec: AxesLike) -> None:
         raise ValueError("retention: 'kl' needs a matrix memory and the gd optimizer (mirror descent)")
     if isinstance(r, L2Decay) and r.gate == "key" and not isinstance(m, Matrix) and m.kind != "diagonal":
         raise ValueError(f"retention.gate='key' needs a matrix or diagonal memory, got {m.kind!r}")
+    if isinstance(r, L2Decay) and r.gate == "entry" and not (isinstance(m, Matrix) and isinstance(o, (GD, RetainThenGD))):
+        raise ValueError(f"retention.gate='entry' (one decay per entry of S ∈ R^{{K×V}}, Mamba) needs a matrix "
+                         f"memory and the gd or retain_then_gd optimizer; got memory {m.kind!r}, optimizer {o.kind!r}")
     if isinstance(r, L1) and not isinstance(o, GD):
         raise ValueError(
             f"retention: 'l1' with optimizer {o.kind!r} — the ℓ1 retention is taken by one proximal-gradient "
@@ -105,6 +111,9 @@ def algebra_class(spec: AxesLike) -> str:
     decay = isinstance(r, (NoRetention, L2Decay))
     gd = isinstance(o, GD) and o.rate == "scalar"
     one_step = getattr(o, "steps", 1) == 1
+    if isinstance(r, L2Decay) and r.gate == "entry":
+        selective = plain and isinstance(b, DotProduct) and one_step and (isinstance(o, RetainThenGD) or gd)
+        return "selective" if selective else "scan"
     if plain and decay and isinstance(b, DotProduct):
         if isinstance(o, RetainThenGD) or (gd and (one_step or isinstance(r, NoRetention))):
             return "hebbian"

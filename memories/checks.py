@@ -28,7 +28,7 @@ from .retention import L2Decay
 class GateNeeds:
     """The keyword inputs a spec's op takes."""
 
-    log_alpha: Literal["scalar", "key"] | None  # required when not None
+    log_alpha: Literal["scalar", "key", "entry"] | None  # required when not None
     eta: bool  # Momentum: optional per-token momentum decay
     spectral: bool  # theta and weights required; q is [B,T,H,D,M,2]
     nonparametric: bool
@@ -38,7 +38,7 @@ class GateNeeds:
 
 def gate_needs(spec) -> GateNeeds:
     r, o = spec.retention, spec.optimizer
-    la = ("key" if r.gate == "key" else "scalar") if isinstance(r, L2Decay) else None
+    la = ({"key": "key", "entry": "entry"}.get(r.gate, "scalar")) if isinstance(r, L2Decay) else None
     return GateNeeds(la, isinstance(o, Momentum), isinstance(spec.memory, Spectral),
                      isinstance(spec.memory, NonParametric), beta_key=isinstance(o, GD) and o.rate == "key",
                      removal_key=isinstance(spec.bias, RemoveReplace))
@@ -134,8 +134,10 @@ def check_inputs(needs: GateNeeds, q, k, v, *, log_alpha, beta, eta, theta, weig
     if needs.log_alpha is None:
         _forbid("log_alpha", log_alpha, "this spec has no decay gate (retention is not l2_decay)")
     elif log_alpha is None:
-        raise ValueError(f"log_alpha is required by l2_decay retention: shape "
-                         f"{'[B, T, H, K]' if needs.log_alpha == 'key' else '[B, T, H]'}")
+        shape = {"key": "[B, T, H, K]", "entry": "[B, T, H, K, V]"}.get(needs.log_alpha, "[B, T, H]")
+        raise ValueError(f"log_alpha is required by l2_decay retention: shape {shape}")
+    elif needs.log_alpha == "entry":
+        _shape("log_alpha", log_alpha, (B, T, H, q.shape[-1], v.shape[-1]), "[B, T, H, K, V] (gate='entry')")
     elif needs.log_alpha == "key":
         _shape("log_alpha", log_alpha, (B, T, H, q.shape[-1]), "[B, T, H, K] (gate='key')")
     else:

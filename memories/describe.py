@@ -134,6 +134,9 @@ def _closed_form(spec) -> str:
         return _diag_rank1(spec)
     if cls == "dplr":
         return _dplr(spec)
+    if cls == "selective":
+        return ("S_t = α_t ⊙ S_{t-1} + β_t k_t v_tᵀ  (S = Mᵀ, one decay per entry: Mamba's selective SSM "
+                "h_t = exp(Δ_t A) ⊙ h_{t-1} + Δ_t B_t x_t with k = B, v = Δ ⊙ x, q = C)")
     if cls == "spectral":
         return ("den_t = den_{t-1} + p_t;  num_t = num_{t-1} + p_t v_t e^{iφ_t},  φ_t = u_t ⊗ θ;  "
                 "o_t = scale Σ_m w_m (num_t / max(den_t, ε))_m conj(q_t,m)  (normalised spectral mean, SCA)")

@@ -6,8 +6,10 @@ multiplicative gate α_t:
 
     R = Σ (1 − α_t) / (2 η_t) · ‖M‖²      ⇒      M − η_t ∇R = α_t M
 
-with α a scalar per head (``gate="scalar"`` or ``"fixed"``) or one value per
-key row of S ∈ R^{K×V} (``gate="key"``, GLA). This is eq. 2.51 with λ_t η_t = 1 − α_t.
+with α a scalar per head (``gate="scalar"`` or ``"fixed"``), one value per
+key row of S ∈ R^{K×V} (``gate="key"``, GLA) or one value per entry of S (``gate="entry"``:
+Mamba's selective SSM, α_{t,n,d} = exp(Δ_{t,d} A_{d,n}), each value channel d a diagonal state
+over the keys n). This is eq. 2.51 with λ_t η_t = 1 − α_t.
 """
 from __future__ import annotations
 
@@ -37,14 +39,15 @@ class L2Decay(Axis):
     """Weight-decay retention (eq. 2.51) giving the forget gate α_t ∈ (0, 1]."""
 
     kind: Literal["l2_decay"] = "l2_decay"
-    gate: Literal["scalar", "key", "fixed"] = Field(
+    gate: Literal["scalar", "key", "fixed", "entry"] = Field(
         "scalar",
         description="scalar: data-dependent α per head (Mamba2, GDN); key: per-key-row α (GLA); "
-        "fixed: a constant γ per head (RetNet)",
+        "fixed: a constant γ per head (RetNet); entry: one α per entry of S ∈ R^{K×V} (Mamba's selective "
+        "SSM: exp(Δ_{t,d} A_{d,n}) for key n and value channel d)",
     )
 
     def penalty(self, state: State, prev: State, alpha: torch.Tensor, lr: torch.Tensor) -> torch.Tensor:
-        coef = (1.0 - alpha) / (2.0 * lr)  # () or [K]
+        coef = (1.0 - alpha) / (2.0 * lr)  # (), [K] or [K, V] (gate="entry")
         total = state[0].new_zeros(())
         for s in _sq(state):
             c = coef.reshape(coef.shape + (1,) * (s.dim() - coef.dim())) if coef.dim() else coef

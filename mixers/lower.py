@@ -13,9 +13,16 @@ numerically and never switched by sequence length or environment.
                    kda                 chunk, recurrent  (per-key decay)         ops/delta.py    β_eff (GD)
     diag_rank1     delta_rule_joint    chunk, recurrent                          ops/delta.py    (class scan)
     dplr           dplr                chunk, recurrent                          ops/dplr.py     (class scan)
+    selective      selective           selective_scan, recurrent                 ops/selective.py
     spectral       spectral            prefix_sum, masked_matmul, recurrent      ops/spectral.py
     nonparametric  softmax_attention   sdpa, recurrent                           ops/attention.py
     scan           scan                scan, recurrent, chunk_approx (opt-in)    derive() / ops/chunk_approx.py
+
+The selective class (Mamba, Gu & Dao 2023) has no chunk form: its decay exp(Δ_{t,d} A_{d,n}) is one
+number per entry of S (key n, value channel d), so the decay between two tokens does not factor into
+the per-head or per-key factors that turn a chunk's intra-chunk term into one C×C matmul per head;
+per value channel it would be a C×C matrix of its own, K·V·C² work per chunk against the scan's
+K·V·C. Its forms are the exact scan (over blocks of tokens, eager or compiled) and the token loop.
 
 "recurrent" is the hand-written recurrence of the published rule (scan: the derived step,
 uncompiled; its published rule, where one exists, is in references.py). Every form of a
@@ -42,7 +49,7 @@ with the fused recurrent kernel, the decode step ("recurrent"):
     delta_rule_joint  dplr           dplr              dplr               dplr
     dplr              dplr           dplr              dplr               dplr
 
-Not FLA (auto takes the compiled form): the other rows (longhorn's implicit step, spectral, attention,
+Not FLA (auto takes the compiled form): the other rows (longhorn's implicit step, selective, spectral, attention,
 scan: SCA, Huber/ℓp, Titans, TTT, specs outside these classes), the normalised read-out, a per-key
 step size outside dplr, the forms other than chunk and recurrent, and whatever ``fla_status`` refuses
 (float64, head sizes, the Hopper/Triton guard, FLA not installed).
@@ -61,7 +68,7 @@ from assocmem.memories.derive import RecurrentStep
 
 from .feature_maps import feature_width
 from .kernels import BACKENDS, FlaEnv, fla_status, warn_once
-from .ops import attention, delta, delta_chunk, depth, dplr, hebbian, spectral
+from .ops import attention, delta, delta_chunk, depth, dplr, hebbian, selective, spectral
 from .ops.fla import FLA_KERNELS, fla_op
 from .ops.chunk_approx import chunk_approx_scan
 from .ops.normalized import normalized
@@ -71,7 +78,7 @@ from .spec import MixerSpec
 APPROXIMATE = frozenset({"chunk_approx"})  # never chosen by "auto"
 # forms with a compiled variant, lower(spec, form, compile=True): the same source fused by torch.compile
 # (mixers/ops/compiled.py); the eager form stays the reference. The scan form is compiled already.
-COMPILABLE = frozenset({"chunk", "prefix_sum"})
+COMPILABLE = frozenset({"chunk", "prefix_sum", "selective_scan"})
 
 
 def _derived_step(spec: MixerSpec, compile: bool) -> Callable:
@@ -158,6 +165,10 @@ FAMILIES: dict[str, Family] = {
     "dplr": Family(
         **{**_DELTA, "cls": "dplr"}, ops={"chunk": dplr.chunk_dplr, "recurrent": dplr.recurrent_dplr},
         hand_written="recurrent_dplr", fla=_DPLR),
+    "selective": Family(
+        cls="selective", beta="write", lr=True,
+        ops={"selective_scan": selective.scan_selective, "recurrent": selective.recurrent_selective},
+        hand_written="recurrent_selective"),
     "spectral": Family(
         cls="spectral", beta="weight", bind=_den_floor,
         ops={"prefix_sum": spectral.prefix_sum_spectral, "masked_matmul": spectral.masked_matmul_spectral,

@@ -73,7 +73,7 @@ def make_case(spec: MixerSpec, *, B=2, T=33, H=2, K=8, V=6, dtype=torch.float64,
         q, k = torch.nn.functional.normalize(q, dim=-1), torch.nn.functional.normalize(k, dim=-1)
     if spec.layer.normalize:  # positive features (φ = 1 + elu), so the denominator Z_t φ(q) stays away from 0
         q, k = torch.nn.functional.elu(q) + 1, torch.nn.functional.elu(k) + 1
-    tensors = dict(q=q, k=k, v=v, **_gates(spec, rnd, B, T, H, K))
+    tensors = dict(q=q, k=k, v=v, **_gates(spec, rnd, B, T, H, K, V))
     if gate_needs(spec).removal_key:
         tensors["removal_key"] = torch.nn.functional.normalize(rnd(B, T, H, K), dim=-1)
     init = _matrix_state(spec, rnd, B, H, K, V) if with_state else None
@@ -84,7 +84,7 @@ def make_case(spec: MixerSpec, *, B=2, T=33, H=2, K=8, V=6, dtype=torch.float64,
     return Case(tensors, init, spec.layer.scale)
 
 
-def _gates(spec, rnd, B, T, H, K) -> dict[str, torch.Tensor]:
+def _gates(spec, rnd, B, T, H, K, V) -> dict[str, torch.Tensor]:
     out = {}
     r, lay = spec.retention, spec.layer
     if lay.lr_gate == "dt":  # Mamba2: Δ = softplus(·), log a = Δ·A, A < 0 per head
@@ -101,6 +101,8 @@ def _gates(spec, rnd, B, T, H, K) -> dict[str, torch.Tensor]:
             out["log_alpha"] = torch.log(gamma).expand(B, T, H).clone()
         elif r.gate == "key":
             out["log_alpha"] = torch.nn.functional.logsigmoid(rnd(B, T, H, K) + 3.0)
+        elif r.gate == "entry":  # Mamba: log α_{t,n,d} = Δ_{t,d} A_{d,n}, Δ = softplus(·), A < 0 per entry
+            out["log_alpha"] = torch.nn.functional.softplus(rnd(B, T, H, 1, V)) * -torch.exp(0.5 * rnd(H, K, V))
         else:
             out["log_alpha"] = torch.nn.functional.logsigmoid(rnd(B, T, H) + 3.0)
     if isinstance(spec.optimizer, Momentum):
