@@ -2,13 +2,15 @@
 
     build_mixer(spec, d_model)  ->  Attention  (NonParametric memory: softmax / sliding window)
                                     SCALayer   (Spectral memory: the Nautile SCA layer)
-                                    Mixer      (every parametric memory)
+                                    Mamba      (the selective class: Mamba's layer, mixers/mamba.py)
+                                    Mixer      (every other parametric memory)
 
 Every module is a ``MixerModule``: ``forward(x, *, state=None, mask=None, return_state=True)
 -> (y, state)``, ``state_size()`` and ``masks_padding``, which says whether it masks padded
 tokens itself (attention) or needs each row's real tokens run on their own (the recurrent
 mixers; models/blocks.py does that). A new module kind implements the protocol and gets one
-entry in ``MODULE_KINDS``; models/ needs no branch for it.
+entry in ``MODULE_KINDS`` (keyed by the spec's algebra class or memory kind); models/ needs no branch
+for it.
 
 The generic recurrent ``Mixer`` (FLA/GDN-style layer around the spec's op):
 
@@ -134,10 +136,17 @@ def _recurrent(spec: MixerSpec, d_model: int, form: str, layer_idx: int | None) 
     return Mixer(spec, d_model, form=form, layer_idx=layer_idx)
 
 
-# memory kind -> the module that runs it (every other memory: the recurrent Mixer)
+def _mamba(spec: MixerSpec, d_model: int, form: str, layer_idx: int | None) -> nn.Module:
+    from .mamba import Mamba  # mixers/mamba.py builds on this module's MixerState and Lowered
+
+    return Mamba(spec, d_model, form=form, layer_idx=layer_idx)
+
+
+# algebra class (or memory kind) -> the module that runs it (every other spec: the recurrent Mixer)
 MODULE_KINDS: dict[str, Callable[[MixerSpec, int, str, int | None], nn.Module]] = {
     "nonparametric": _attention,
     "spectral": _sca,
+    "selective": _mamba,
 }
 
 
@@ -146,12 +155,63 @@ def build_mixer(spec: MixerSpec, d_model: int, *, form: str = "auto", layer_idx:
     is validated against the spec's class (mixers/lower.py)."""
     if not isinstance(spec, MixerSpec):
         raise TypeError(f"spec must be a MixerSpec, got {type(spec).__name__}")
-    module = MODULE_KINDS.get(spec.memory.kind, _recurrent)(spec, d_model, form, layer_idx)
+    kind = MODULE_KINDS.get(spec.algebra) or MODULE_KINDS.get(spec.memory.kind, _recurrent)
+    module = kind(spec, d_model, form, layer_idx)
     module.spec = spec  # what the module computes (mixers/convert checks it)
     return module
 
 
-class Mixer(nn.Module):
+class Lowered:
+    """The ops a recurrent module runs: its spec's form and decode step ("recurrent"), lowered per (device,
+    dtype, grad mode) by the module's backend (``layer.backend``; mixers/kernels.py). Shared by ``Mixer``
+    and the Mamba layer (mixers/mamba.py); ``set_backend`` and ``check_backend`` reach every one."""
+
+    spec: MixerSpec
+
+    def init_forms(self, spec: MixerSpec, form: str) -> None:
+        """The backend of ``spec.layer`` and the forms on CPU (what "auto" and "torch" run there); other
+        devices: ``lowered``. Backend "fla" without an FLA kernel is refused now, whatever the device."""
+        o = spec.layer
+        self.form_name = form
+        self.backend, self.fla_env = ("compiled" if o.compile else o.backend), None
+        if self.backend == "fla" and fla_kernel(spec, form)[0] is None:
+            raise ValueError(f"backend 'fla' for {spec.name or 'this spec'}: {fla_kernel(spec, form)[1]}")
+        self.form = lower(spec, form, compile=self.backend == "compiled" and compilable(spec, form))
+        self.step_form = lower(spec, "recurrent")
+        self._lowered: dict[tuple, tuple[Form, Form]] = {}
+
+    def lowered(self, device: torch.device, dtype: torch.dtype, grad: bool = True) -> tuple[Form, Form]:
+        """(form, step form) that run on ``device`` for inputs of ``dtype`` (``grad``: with gradients), by
+        ``self.backend``; lowered once per (device, dtype, grad). On CPU without an injected ``fla_env``
+        the backends "auto" and "torch" run the forms built at construction."""
+        key = (str(device), dtype, grad)
+        if key not in self._lowered:
+            cpu = device.type == "cpu" and (self.fla_env is None or self.fla_env.device_type != "cpu")
+            if cpu and self.backend in ("auto", "torch", "compiled"):
+                self._lowered[key] = (self.form, self.step_form)
+            else:
+                where = dict(device=device, dtype=dtype, grad=grad, env=self.fla_env)
+                backend = self.backend
+                if backend == "compiled" and not compilable(self.spec, self.form_name):
+                    backend = "torch"  # forms without a compiled variant (as layer.compile always did)
+                step = "torch" if self.backend == "compiled" else self.backend
+                self._lowered[key] = (lower(self.spec, self.form_name, backend=backend, **where),
+                                      lower(self.spec, "recurrent", backend=step, **where))
+        return self._lowered[key]
+
+    def set_backend(self, backend: str, fla_env: FlaEnv | None = None) -> None:
+        """Run this mixer by ``backend`` from the next call (``fla_env``: what FLA's availability reads, and
+        the namespace its kernels come from; None: the machine's)."""
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
+        if backend == "fla" and fla_kernel(self.spec, self.form_name)[0] is None:
+            raise ValueError(f"backend 'fla' for {self.spec.name or 'this spec'}: "
+                             f"{fla_kernel(self.spec, self.form_name)[1]}")
+        self.backend, self.fla_env = backend, fla_env
+        self._lowered.clear()
+
+
+class Mixer(Lowered, nn.Module):
     """Generic recurrent mixer around the op of a parametric-memory spec (a ``MixerModule``)."""
 
     masks_padding = False  # a recurrent state has no notion of a padded token
@@ -162,14 +222,7 @@ class Mixer(nn.Module):
         self.spec, self.layer_idx = spec, layer_idx
         self.H, self.Hqk, self.K, self.V = o.num_heads, o.qk_heads, o.head_dim, o.value_dim
         self.K_phi = feature_width(o.feature_map, self.K)  # key width of the memory
-        self.form_name = form
-        self.backend, self.fla_env = ("compiled" if o.compile else o.backend), None
-        if self.backend == "fla" and fla_kernel(spec, form)[0] is None:  # whatever the device: refuse now
-            raise ValueError(f"backend 'fla' for {spec.name or 'this spec'}: {fla_kernel(spec, form)[1]}")
-        # the forms on CPU (what "auto" and "torch" run there); other devices: ``lowered``
-        self.form = lower(spec, form, compile=self.backend == "compiled" and compilable(spec, form))
-        self.step_form = lower(spec, "recurrent")
-        self._lowered: dict[tuple, tuple[Form, Form]] = {}
+        self.init_forms(spec, form)
         self.phi_q = build_feature_map(o.feature_map, self.Hqk, self.K)
         self.phi_k = build_feature_map(o.feature_map, self.Hqk, self.K)
         # RWKV-7's removal key κ = L2norm(k ⊙ ξ) (remove_replace bias); ξ = 1 makes κ the normalised k
@@ -290,36 +343,6 @@ class Mixer(nn.Module):
         y = self.o_proj(self._output(o, v, x).reshape(B, T, self.H * self.V))
         return y, (MixerState(memory, conv_state) if return_state else None)
 
-    def lowered(self, device: torch.device, dtype: torch.dtype, grad: bool = True) -> tuple[Form, Form]:
-        """(form, step form) that run on ``device`` for inputs of ``dtype`` (``grad``: with gradients), by
-        ``self.backend``; lowered once per (device, dtype, grad). On CPU without an injected ``fla_env``
-        the backends "auto" and "torch" run the forms built at construction."""
-        key = (str(device), dtype, grad)
-        if key not in self._lowered:
-            cpu = device.type == "cpu" and (self.fla_env is None or self.fla_env.device_type != "cpu")
-            if cpu and self.backend in ("auto", "torch", "compiled"):
-                self._lowered[key] = (self.form, self.step_form)
-            else:
-                where = dict(device=device, dtype=dtype, grad=grad, env=self.fla_env)
-                backend = self.backend
-                if backend == "compiled" and not compilable(self.spec, self.form_name):
-                    backend = "torch"  # forms without a compiled variant (as layer.compile always did)
-                step = "torch" if self.backend == "compiled" else self.backend
-                self._lowered[key] = (lower(self.spec, self.form_name, backend=backend, **where),
-                                      lower(self.spec, "recurrent", backend=step, **where))
-        return self._lowered[key]
-
-    def set_backend(self, backend: str, fla_env: FlaEnv | None = None) -> None:
-        """Run this mixer by ``backend`` from the next call (``fla_env``: what FLA's availability reads, and
-        the namespace its kernels come from; None: the machine's)."""
-        if backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
-        if backend == "fla" and fla_kernel(self.spec, self.form_name)[0] is None:
-            raise ValueError(f"backend 'fla' for {self.spec.name or 'this spec'}: "
-                             f"{fla_kernel(self.spec, self.form_name)[1]}")
-        self.backend, self.fla_env = backend, fla_env
-        self._lowered.clear()
-
     def _output(self, o: torch.Tensor, v: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """D skip, output norm and gate (layer.output_norm): o [B, T, H, V] -> [B, T, H, V]."""
         if self.D is not None:
@@ -345,7 +368,7 @@ def _input_dtype(x: torch.Tensor) -> torch.dtype:
 def set_backend(module: nn.Module, backend: str, *, fla_env: FlaEnv | None = None) -> None:
     """Set the backend of every recurrent ``Mixer`` in ``module`` (mixers/kernels.py; train.backend)."""
     for m in module.modules():
-        if isinstance(m, Mixer):
+        if isinstance(m, Lowered):
             m.set_backend(backend, fla_env)
 
 
@@ -355,7 +378,7 @@ def check_backend(module: nn.Module, device: torch.device | str, dtype: torch.dt
     each; ValueError, naming the layer, where backend "fla" is refused (before training starts)."""
     out = []
     for name, m in module.named_modules():
-        if isinstance(m, Mixer):
+        if isinstance(m, Lowered):
             try:
                 out.append((name, m.lowered(torch.device(device), dtype, grad)[0]))
             except ValueError as err:

@@ -18,7 +18,7 @@ from .spec import LayerOptions, MixerSpec
 _PRESETS: dict[str, MixerSpec] = {}
 ALIASES: dict[str, str] = {
     "attn": "softmax", "attention": "softmax", "gdn": "gated_deltanet", "swa": "sliding_window",
-    "la": "linear_attention", "delta": "deltanet", "mamba": "mamba2",
+    "la": "linear_attention", "delta": "deltanet",
 }
 
 
@@ -62,6 +62,11 @@ for _spec in [
     MixerSpec(name="mamba2", memory=Matrix(), bias=DotProduct(), retention=L2Decay(gate="scalar"),
               optimizer=GD(), layer=LayerOptions(lr_gate="dt", scale=1.0, d_skip=True, num_qk_heads=1,
                                                  conv_bias=True, output_norm="gate_then_rmsnorm", norm_eps=1e-5)),
+    # Mamba (Gu & Dao 2023) as mamba_ssm and transformers' MambaMixer build it (mixers/mamba.py): the selective
+    # SSM h_t = exp(Δ_t A) ⊙ h_{t−1} + Δ_t B_t x_t, one decay per entry of the state (class selective); N = 16
+    # state entries per channel (head_dim), conv 4 with a bias, d_inner = 2·d_model, dt_rank = ceil(d_model/16)
+    MixerSpec(name="mamba", memory=Matrix(), bias=DotProduct(), retention=L2Decay(gate="entry"), optimizer=GD(),
+              layer=LayerOptions(num_heads=1, head_dim=16, scale=1.0, conv_bias=True, output_norm="none")),
     MixerSpec(name="gla", memory=Matrix(), bias=DotProduct(), retention=L2Decay(gate="key"),
               optimizer=GD(), layer=LayerOptions()),
     MixerSpec(name="deltanet", memory=Matrix(), bias=L2(), retention=NoRetention(),
@@ -123,6 +128,7 @@ _GDN_LAYER = "the Gated DeltaNet layer (short conv + SiLU, L2-normalised q and k
 PUBLISHED_LAYERS: dict[str, str] = {
     "gated_deltanet": "= transformers Qwen3NextGatedDeltaNet (grouped value heads: layer.num_qk_heads)",
     "kda": "= transformers KimiLinearDeltaAttention",
+    "mamba": "= transformers MambaMixer, PyTorch path (mixers/mamba.py)",
     "mamba2": "= transformers Mamba2Mixer, PyTorch path (its n_groups: layer.num_qk_heads, 1 here as in mamba_ssm)",
     "softmax": "= transformers LlamaAttention / Qwen2Attention / Qwen3Attention (layer.attention.bias, .qk_norm)",
     "sca": "= the authors' SCA layer (the SCA reference fixture, tests/mixers/test_sca_fixture.py)",

@@ -61,13 +61,44 @@ class SCAOptions(BaseModel):
     maxlen: int = Field(2048, gt=0, description="boundary of the time weight d(t) = max(maxlen−1−t, 0)")
 
 
+class MambaOptions(BaseModel):
+    """Options of the Mamba layer (selective class: retention l2_decay with gate='entry') only; mixers/mamba.py
+    names them in its docstring. The state size N is ``layer.head_dim``; the conv is ``layer.conv_size``
+    wide with a bias when ``layer.conv_bias``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # every float finite
+
+    expand: float = Field(2.0, gt=0, description="d_inner = int(expand · d_model) channels")
+    dt_rank: int | Literal["auto"] = Field("auto", description="rank R of the Δ projection (x_proj → R → dt_proj); "
+                                           "auto = ceil(d_model / 16)")
+    dt_min: float = Field(1e-3, gt=0, description="Δ at init is log-uniform in [dt_min, dt_max]")
+    dt_max: float = Field(0.1, gt=0, description="Δ at init is log-uniform in [dt_min, dt_max]")
+    dt_init_floor: float = Field(1e-4, gt=0, description="floor on the initial Δ before its inverse softplus")
+    dt_init: Literal["random", "constant"] = Field(
+        "random", description="dt_proj weight at init: U[−s, s] (random) or s (constant), s = dt_scale · R^(−1/2)")
+    dt_scale: float = Field(1.0, gt=0, description="scale s of dt_proj's initial weight")
+    bias: bool = Field(False, description="biases of in_proj and out_proj (transformers' use_bias)")
+
+    @model_validator(mode="after")
+    def _dt_range(self) -> "MambaOptions":
+        if self.dt_rank != "auto" and self.dt_rank < 1:
+            raise ValueError(f"mamba.dt_rank must be 'auto' or a positive int, got {self.dt_rank}")
+        if self.dt_min > self.dt_max:
+            raise ValueError(f"mamba.dt_min = {self.dt_min} must not exceed dt_max = {self.dt_max}")
+        return self
+
+    def rank(self, d_model: int) -> int:
+        """R: dt_rank, or ceil(d_model / 16) for 'auto' (Mamba's default)."""
+        return -(-d_model // 16) if self.dt_rank == "auto" else self.dt_rank
+
+
 class LayerOptions(BaseModel):
     """How a mixer module turns x [B, T, d_model] into q, k, v and gates.
 
     The fields at the top are shared by the module kinds (heads, widths, convolution, norms);
     those of the recurrent Mixer (parametric memories) are the rest of the top level, and
     the options read by one other kind only sit in its sub-model: ``attention`` (softmax
-    attention) and ``sca`` (SeqCond attention). A saved model whose config has the flat keys of
+    attention), ``sca`` (SeqCond attention) and ``mamba`` (the selective SSM). A saved model whose config has the flat keys of
     the earlier layout (``num_kv_heads``, ``qk_rmsnorm``, ``sca_*``, ...) is converted when it is
     loaded (models/upgrade.py).
 
@@ -137,6 +168,7 @@ class LayerOptions(BaseModel):
     # one other module kind each
     attention: AttentionOptions = Field(default_factory=AttentionOptions, description="softmax attention only")
     sca: SCAOptions = Field(default_factory=SCAOptions, description="SCA only")
+    mamba: MambaOptions = Field(default_factory=MambaOptions, description="Mamba (selective SSM) only")
 
     @model_validator(mode="after")
     def _compile_is_a_backend(self) -> "LayerOptions":

@@ -114,6 +114,29 @@ def _mamba2(dtype: torch.dtype, seed: int) -> Reference:
     return Reference(layer, lambda x, start, cache: layer(x, cache=cache), lambda: DynamicCache(config=cfg), states)
 
 
+# ------------------------------------------------------------------ Mamba
+
+
+def _mamba(dtype: torch.dtype, seed: int) -> Reference:
+    from transformers import DynamicCache, MambaConfig
+    from transformers.models.mamba.modeling_mamba import MambaMixer
+
+    cfg = MambaConfig(hidden_size=D_MODEL, state_size=6, expand=2, conv_kernel=4, time_step_rank=3,
+                      num_hidden_layers=1, use_bias=True)
+    layer = randomize_(MambaMixer(cfg, 0).to(dtype), seed)
+    with torch.no_grad():
+        layer.dt_proj.bias.sub_(1.0)  # Δ mostly below 1: the state carries over tokens
+
+    def states(cache, ours):
+        """Its state h [B, D, N] is our S [B, 1, N, D] transposed; it keeps the last conv_kernel inputs, we
+        keep conv_kernel − 1."""
+        w = cfg.conv_kernel - 1
+        return [("memory", ours.memory, cache.get_recurrent_state(0).transpose(-1, -2)[:, None]),
+                ("conv", ours.conv, cache.get_conv_state(0)[..., -w:].transpose(1, 2))]
+
+    return Reference(layer, lambda x, start, cache: layer(x, cache=cache), lambda: DynamicCache(config=cfg), states)
+
+
 # ------------------------------------------------------------------ attention (Llama, Qwen2, Qwen3)
 
 
@@ -148,6 +171,8 @@ LAYER_CASES: dict[str, LayerCase] = {c.name: c for c in (
               "transformers.models.qwen3_next.modeling_qwen3_next", _qwen3_next(2, 4)),
     LayerCase("KimiLinearDeltaAttention (H=4, K=V=8)", "kda", "transformers.models.kimi_linear.modeling_kimi_linear",
               _kimi_linear),
+    LayerCase("MambaMixer (D=64, N=6, dt_rank 3, conv and projection biases)", "mamba",
+              "transformers.models.mamba.modeling_mamba", _mamba),
     LayerCase("Mamba2Mixer (H=4, P=8, N=6, 2 groups, conv bias)", "mamba2",
               "transformers.models.mamba2.modeling_mamba2", _mamba2),
     LayerCase("LlamaAttention (GQA, biases)", "softmax", "transformers.models.llama.modeling_llama",
