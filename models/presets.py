@@ -13,8 +13,9 @@ counts both SwiGLU input halves (OLMo convention), so the hidden width is
 8·768/2 = 3072; this reproduces the thesis' 137.8M non-embedding parameters of
 the transformer. Hybrids put attention at the Table 4.1 layers:
 50% → 1,3,5,7,9,11; 75% → 3,7,11; 83% → 5,11; 100% → none. Recurrent layers
-(Gated DeltaNet or Mamba2) have the short conv and no positional embedding;
-they use the same 12 heads of 64.
+(Gated DeltaNet, Mamba2 or Mamba) have the short conv and no positional embedding;
+Gated DeltaNet and Mamba2 use the same 12 heads of 64, Mamba its own widths (d_inner = 2·d_model,
+N = 16, dt_rank = d_model/16: the ``mamba`` preset, mixers/presets.py).
 
 wiola-360m (Wiola paper, seed 002, §IV and §X; its Tables I, III and IV are missing from
 the text): d_model 1024, 16 layers, vocab 32000, tied head, 4 KV heads of 64 as the text gives
@@ -111,7 +112,7 @@ def _registry() -> dict[str, Callable[[], HybridConfig]]:
         "wiola-tiny": lambda: wiola_config(64, 6, 512, 4, 2, 64, 256),
         "wiola-tiny-as-written": lambda: wiola_config(64, 6, 512, 4, 2, 64, 256, mode="as_written"),
     }
-    for mixer in ("gdn", "mamba2"):
+    for mixer in ("gdn", "mamba2", "mamba"):
         for pct in TABLE_4_1:
             reg[f"thesis-150m-{mixer}-{pct}"] = (lambda m=mixer, p=pct: _thesis(768, 12, 32000, 3072, m, p))
             reg[f"thesis-tiny-{mixer}-{pct}"] = (lambda m=mixer, p=pct: _thesis(64, 4, 512, 128, m, p))

@@ -17,7 +17,7 @@ import torch
 from torch.testing import assert_close
 
 from assocmem.memories import derive
-from assocmem.mixers.ops import attention, delta, depth, dplr, hebbian, online, spectral
+from assocmem.mixers.ops import attention, delta, depth, dplr, hebbian, online, selective, spectral
 from assocmem.mixers.ops.chunk_approx import chunk_approx_scan
 from assocmem.mixers.ops.contract import compute_dtype
 from assocmem.mixers.ops.normalized import normalized
@@ -32,12 +32,14 @@ def _randn(g, *shape, scale=1.0):
     return (scale * torch.randn(*shape, generator=g)).bfloat16().float()  # bf16-representable values
 
 
-def matrix_inputs(*, per_key=False, removal=False, beta_key=False, eta=False, state=True):
-    """q, k, v, gates and an initial state of the matrix-state op contract, in float32."""
+def matrix_inputs(*, per_key=False, per_entry=False, removal=False, beta_key=False, eta=False, state=True):
+    """q, k, v, gates and an initial state of the matrix-state op contract, in float32 (``per_entry``: a
+    decay per entry of S, the selective class)."""
     g = torch.Generator().manual_seed(0)
     k = torch.nn.functional.normalize(_randn(g, B, T, H, K), dim=-1).bfloat16().float()
+    decay = (B, T, H, K, V) if per_entry else (B, T, H, K) if per_key else (B, T, H)
     x = dict(q=_randn(g, B, T, H, K), k=k, v=_randn(g, B, T, H, V),
-             log_alpha=-torch.rand(*(B, T, H, K) if per_key else (B, T, H), generator=g).bfloat16().float(),
+             log_alpha=-torch.rand(*decay, generator=g).bfloat16().float(),
              beta=torch.rand(*(B, T, H, K) if beta_key else (B, T, H), generator=g).bfloat16().float())
     if removal:
         x["removal_key"] = torch.nn.functional.normalize(_randn(g, B, T, H, K), dim=-1).bfloat16().float()
@@ -97,6 +99,10 @@ OPS = {
                        ("log_alpha", "beta", "eta")),
     "chunk_approx_titans": (functools.partial(chunk_approx_scan, get_preset("titans_linear"), chunk_size=4),
                             functools.partial(matrix_inputs, eta=True, state=False), ("log_alpha", "beta", "eta")),
+    "scan_selective": (functools.partial(selective.scan_selective, block=4),
+                       functools.partial(matrix_inputs, per_entry=True), ("log_alpha", "beta")),
+    "recurrent_selective": (selective.recurrent_selective, functools.partial(matrix_inputs, per_entry=True),
+                            ("log_alpha", "beta")),
     "prefix_sum_spectral": (spectral.prefix_sum_spectral, spectral_inputs, ("beta", "theta", "weights")),
     "masked_matmul_spectral": (spectral.masked_matmul_spectral, spectral_inputs, ("beta", "theta", "weights")),
     "recurrent_spectral": (spectral.recurrent_spectral, spectral_inputs, ("beta", "theta", "weights")),
@@ -110,6 +116,8 @@ COMPILED = {  # the compiled variants (mixers/ops/compiled.py): a first call com
                                   ("log_alpha", "beta")),
     "prefix_sum_spectral_compiled": (functools.partial(spectral.prefix_sum_spectral, compile=True), spectral_inputs,
                                      ("beta", "theta", "weights")),
+    "scan_selective_compiled": (functools.partial(selective.scan_selective, block=4, compile=True),
+                                functools.partial(matrix_inputs, per_entry=True), ("log_alpha", "beta")),
 }
 
 
@@ -188,7 +196,7 @@ def test_the_rule():
 
 
 @pytest.mark.parametrize("op_id", ["chunk_delta_rule", "chunk_hebbian", "chunk_dplr", "sdpa_softmax_attention",
-                                   "prefix_sum_spectral", "derived_titans"])
+                                   "prefix_sum_spectral", "derived_titans", "scan_selective"])
 @pytest.mark.parametrize("name,bad", [("k", torch.int64), ("v", torch.complex64), ("q", torch.bool)])
 def test_wrong_dtypes_are_refused_naming_the_argument(op_id, name, bad):
     op, make, _ = OPS[op_id]

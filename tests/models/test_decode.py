@@ -23,6 +23,7 @@ MODELS = {  # id -> HybridConfig kwargs
     "swa5": dict(layers=[SWA5, SWA5]),
     "gdn": dict(layers="gdn", n_layers=2),
     "mamba2": dict(layers="mamba2", n_layers=2),
+    "mamba": dict(layers="mamba", n_layers=2),
     "gla": dict(layers="gla"),
     "retnet": dict(layers="retnet"),
     "linear_attention": dict(layers="linear_attention"),
@@ -35,6 +36,7 @@ MODELS = {  # id -> HybridConfig kwargs
     "gdn*3,attn": dict(layers="gdn*3,attn"),
     "sca,sca,attn": dict(layers="sca,sca,attn", overrides=SCA_SMALL, mlp_layers="attention"),
     "mamba2,swa5": dict(layers=["mamba2", SWA5]),
+    "mamba,attn": dict(layers="mamba,attn"),
 }
 
 
@@ -63,7 +65,7 @@ def test_prefill_then_decode_equals_full(key):
     assert cache.get_seq_length() == 12
 
 
-PAD_MODELS = ["attn", "swa5", "gdn", "mamba2", "sca", "titans_linear", "gdn*3,attn", "sca,sca,attn"]
+PAD_MODELS = ["attn", "swa5", "gdn", "mamba2", "mamba", "sca", "titans_linear", "gdn*3,attn", "sca,sca,attn"]
 
 
 def _padded(rows: list[torch.Tensor], side: str, T: int):
@@ -96,7 +98,7 @@ def test_padded_batch_equals_unpadded(key, side):
         torch.testing.assert_close(torch.cat([s[i] for s in step_logits]), ref[len(r):], **TOL)
 
 
-@pytest.mark.parametrize("key", ["gdn*3,attn", "sca,sca,attn"])
+@pytest.mark.parametrize("key", ["gdn*3,attn", "sca,sca,attn", "mamba,attn"])
 def test_generate_left_padded_equals_each_row(key):
     model = tiny(key)
     rows = [ids(1, n, seed=n)[0] for n in (6, 3)]

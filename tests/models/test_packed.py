@@ -29,7 +29,7 @@ def packed(seed=1):
     return torch.randn(1, int(CU[-1]), D, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
 
 
-@pytest.mark.parametrize("preset", ["gated_deltanet", "mamba2", "softmax", "sca", "retnet"])
+@pytest.mark.parametrize("preset", ["gated_deltanet", "mamba2", "mamba", "softmax", "sca", "retnet"])
 def test_packed_documents_equal_one_by_one(preset):
     m = layer(preset)
     x = packed()
@@ -51,7 +51,7 @@ def test_packed_documents_equal_one_by_one(preset):
             assert_close(got_t[i:i + 1], want_t, **EXACT)
 
 
-@pytest.mark.parametrize("preset", ["gated_deltanet", "softmax", "sca"])
+@pytest.mark.parametrize("preset", ["gated_deltanet", "mamba", "softmax", "sca"])
 def test_no_leak_across_documents(preset):
     """Changing document 2 changes nothing outside it (and does change it)."""
     m = layer(preset)

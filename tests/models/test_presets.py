@@ -34,7 +34,7 @@ def test_thesis_transformer_non_embedding_count():
     assert abs(non_emb - 137.8e6) / 137.8e6 < 0.001, non_emb
 
 
-@pytest.mark.parametrize("mixer", ["gdn", "mamba2"])
+@pytest.mark.parametrize("mixer", ["gdn", "mamba2", "mamba"])
 @pytest.mark.parametrize("pct", sorted(TABLE_4_1))
 def test_thesis_hybrid_placements(mixer, pct):
     for size in ("150m", "tiny"):
@@ -43,7 +43,7 @@ def test_thesis_hybrid_placements(mixer, pct):
         attn = [i for i, s in enumerate(specs) if s.name == "softmax"]
         assert attn == TABLE_4_1[pct]
         recurrent = {s.name for s in specs if s.name != "softmax"}
-        assert recurrent == {"gated_deltanet" if mixer == "gdn" else "mamba2"}
+        assert recurrent == {{"gdn": "gated_deltanet"}.get(mixer, mixer)}
         assert round(100 * (12 - len(attn)) / 12) == pct
 
 
