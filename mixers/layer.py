@@ -48,7 +48,7 @@ before any work starts.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, NamedTuple, Protocol, runtime_checkable
+from typing import Any, Callable, Protocol, runtime_checkable
 
 import torch
 import torch.nn as nn
@@ -60,8 +60,10 @@ from .attention import Attention
 from .boundary import check_mixer_input
 from .conv import ShortConv
 from .feature_maps import build_feature_map, feature_width
-from .kernels import BACKENDS, FlaEnv
+from .kernels import FlaEnv
 from .lower import Form, compilable, fla_kernel, lower
+from .lowered import Lowered, MixerState, input_dtype
+from .mamba import Mamba
 from .norm import rms_norm
 from .sca import SCALayer
 from .spec import MixerSpec
@@ -79,13 +81,6 @@ def projection(d_in: int, d_out: int, rank: int | None) -> nn.Module:
     if rank is None:
         return nn.Linear(d_in, d_out, bias=False)
     return nn.Sequential(nn.Linear(d_in, rank, bias=False), nn.Linear(rank, d_out, bias=False))
-
-
-class MixerState(NamedTuple):
-    """Decode state of a recurrent Mixer: the op's memory state and the conv buffer (or None)."""
-
-    memory: Any  # [B, H, K_φ, V (+1 if normalised)] or a tuple of tensors (MLP / momentum memories)
-    conv: torch.Tensor | None  # [B, conv_size − 1, 2·Hqk·K + H·V]
 
 
 @runtime_checkable
@@ -137,8 +132,6 @@ def _recurrent(spec: MixerSpec, d_model: int, form: str, layer_idx: int | None) 
 
 
 def _mamba(spec: MixerSpec, d_model: int, form: str, layer_idx: int | None) -> nn.Module:
-    from .mamba import Mamba  # mixers/mamba.py builds on this module's MixerState and Lowered
-
     return Mamba(spec, d_model, form=form, layer_idx=layer_idx)
 
 
@@ -159,56 +152,6 @@ def build_mixer(spec: MixerSpec, d_model: int, *, form: str = "auto", layer_idx:
     module = kind(spec, d_model, form, layer_idx)
     module.spec = spec  # what the module computes (mixers/convert checks it)
     return module
-
-
-class Lowered:
-    """The ops a recurrent module runs: its spec's form and decode step ("recurrent"), lowered per (device,
-    dtype, grad mode) by the module's backend (``layer.backend``; mixers/kernels.py). Shared by ``Mixer``
-    and the Mamba layer (mixers/mamba.py); ``set_backend`` and ``check_backend`` reach every one."""
-
-    spec: MixerSpec
-
-    def init_forms(self, spec: MixerSpec, form: str) -> None:
-        """The backend of ``spec.layer`` and the forms on CPU (what "auto" and "torch" run there); other
-        devices: ``lowered``. Backend "fla" without an FLA kernel is refused now, whatever the device."""
-        o = spec.layer
-        self.form_name = form
-        self.backend, self.fla_env = ("compiled" if o.compile else o.backend), None
-        if self.backend == "fla" and fla_kernel(spec, form)[0] is None:
-            raise ValueError(f"backend 'fla' for {spec.name or 'this spec'}: {fla_kernel(spec, form)[1]}")
-        self.form = lower(spec, form, compile=self.backend == "compiled" and compilable(spec, form))
-        self.step_form = lower(spec, "recurrent")
-        self._lowered: dict[tuple, tuple[Form, Form]] = {}
-
-    def lowered(self, device: torch.device, dtype: torch.dtype, grad: bool = True) -> tuple[Form, Form]:
-        """(form, step form) that run on ``device`` for inputs of ``dtype`` (``grad``: with gradients), by
-        ``self.backend``; lowered once per (device, dtype, grad). On CPU without an injected ``fla_env``
-        the backends "auto" and "torch" run the forms built at construction."""
-        key = (str(device), dtype, grad)
-        if key not in self._lowered:
-            cpu = device.type == "cpu" and (self.fla_env is None or self.fla_env.device_type != "cpu")
-            if cpu and self.backend in ("auto", "torch", "compiled"):
-                self._lowered[key] = (self.form, self.step_form)
-            else:
-                where = dict(device=device, dtype=dtype, grad=grad, env=self.fla_env)
-                backend = self.backend
-                if backend == "compiled" and not compilable(self.spec, self.form_name):
-                    backend = "torch"  # forms without a compiled variant (as layer.compile always did)
-                step = "torch" if self.backend == "compiled" else self.backend
-                self._lowered[key] = (lower(self.spec, self.form_name, backend=backend, **where),
-                                      lower(self.spec, "recurrent", backend=step, **where))
-        return self._lowered[key]
-
-    def set_backend(self, backend: str, fla_env: FlaEnv | None = None) -> None:
-        """Run this mixer by ``backend`` from the next call (``fla_env``: what FLA's availability reads, and
-        the namespace its kernels come from; None: the machine's)."""
-        if backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
-        if backend == "fla" and fla_kernel(self.spec, self.form_name)[0] is None:
-            raise ValueError(f"backend 'fla' for {self.spec.name or 'this spec'}: "
-                             f"{fla_kernel(self.spec, self.form_name)[1]}")
-        self.backend, self.fla_env = backend, fla_env
-        self._lowered.clear()
 
 
 class Mixer(Lowered, nn.Module):
@@ -333,7 +276,7 @@ class Mixer(Lowered, nn.Module):
         if self.removal is not None:  # κ = L2norm(k ⊙ ξ)
             gates["removal_key"] = l2_normalize(k * self.removal.view(self.H, self.K_phi).to(k.dtype))
         step = state is not None and T == 1
-        form, step_form = self.lowered(x.device, _input_dtype(x), torch.is_grad_enabled())
+        form, step_form = self.lowered(x.device, input_dtype(x), torch.is_grad_enabled())
         fn = step_form.fn if step else form.fn
         chunk = {"chunk_size": self.spec.layer.chunk_size} if form.name == "chunk" and not step else {}
         with torch.autocast(x.device.type, enabled=False):  # the op computes in the compute dtype of its inputs
@@ -357,12 +300,6 @@ class Mixer(Lowered, nn.Module):
         if self.g_proj is not None:
             o = o * self.output_gate(self.g_proj(x)).view_as(o)
         return o
-
-
-def _input_dtype(x: torch.Tensor) -> torch.dtype:
-    """The dtype the op's inputs arrive in: autocast's where it is on for x's device, else x's."""
-    on = torch.is_autocast_enabled(x.device.type)
-    return torch.get_autocast_dtype(x.device.type) if on and x.is_floating_point() else x.dtype
 
 
 def set_backend(module: nn.Module, backend: str, *, fla_env: FlaEnv | None = None) -> None:

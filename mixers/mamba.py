@@ -34,7 +34,7 @@ import torch.nn.functional as F
 
 from .boundary import check_mixer_input
 from .conv import ShortConv
-from .layer import Lowered, MixerState, _input_dtype
+from .lowered import Lowered, MixerState, input_dtype
 from .spec import MixerSpec
 
 
@@ -99,7 +99,7 @@ class Mamba(Lowered, nn.Module):
         A = -torch.exp(self.A_log.to(gd))  # [D, N]
         log_alpha = (dt[:, :, None, None, :] * A.t()).reshape(B, T, 1, self.N, self.D_inner)  # Δ_{t,d} A_{d,n}
         step = state is not None and T == 1
-        form, step_form = self.lowered(x.device, _input_dtype(x), torch.is_grad_enabled())
+        form, step_form = self.lowered(x.device, input_dtype(x), torch.is_grad_enabled())
         with torch.autocast(x.device.type, enabled=False):  # the op computes in the compute dtype of its inputs
             o, memory = (step_form if step else form).fn(
                 Ct[:, :, None], Bt[:, :, None], (dt * xs)[:, :, None], log_alpha=log_alpha, scale=1.0,

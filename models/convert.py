@@ -24,6 +24,14 @@ initialisation, or the conv is the identity tap (``identity_conv=True``: only th
 so the conv passes its input through its SiLU). The teacher's QK-norm weights (Qwen3) have no place
 in the student and are not transferred. With ``replace=[]`` the model computes exactly the teacher's
 function (tests/models/test_convert.py: logits float32 ≤ 1e-5, float64 ≤ 1e-10, greedy ``generate``).
+
+A transformers ``MambaForCausalLM`` (Gu & Dao 2023; a loaded model or a folder) is converted by
+``from_hf_mamba``: its block h = x + Mixer(RMSNorm(x)) is ours without an MLP, and its tensors map as
+
+    backbone.embeddings          model.embed_tokens
+    backbone.layers.i.norm       model.layers.i.mixer_norm
+    backbone.layers.i.mixer.*    model.layers.i.mixer.*       (mixers/convert/mamba.py)
+    backbone.norm_f, lm_head     model.norm, lm_head          (lm_head tied when the source's is)
 """
 from __future__ import annotations
 
@@ -126,6 +134,35 @@ def from_hf_causal_lm(source: "str | Path | nn.Module", *, replace: Sequence[int
     return model.train(teacher.training)
 
 
+def from_hf_mamba(source: "str | Path | nn.Module") -> nn.Module:
+    """An ``AssocMemForCausalLM`` computing what a transformers ``MambaForCausalLM`` (a loaded model or a local
+    folder) computes: every layer the ``mamba`` preset at the source's widths, no MLP, the same tensors."""
+    mamba = _load(source, ("MambaForCausalLM",))
+    cfg, layers = mamba.config, mamba.backbone.layers
+    if getattr(cfg, "residual_in_fp32", False) and mamba.backbone.embeddings.weight.dtype not in (torch.float32,
+                                                                                                 torch.float64):
+        raise ValueError("MambaForCausalLM.config.residual_in_fp32 with a half-precision model keeps a float32 "
+                         "residual the assocmem blocks do not; convert the model in float32 or float64")
+    specs = [spec_from_hf(layer.mixer)[0] for layer in layers]
+    hc = HybridConfig(d_model=cfg.hidden_size, vocab_size=cfg.vocab_size, layers=specs, mlp_layers=[],
+                      tie_embeddings=bool(cfg.tie_word_embeddings), norm_eps=cfg.layer_norm_epsilon)
+    weight = mamba.backbone.embeddings.weight
+    model = build_model(hc).to(dtype=weight.dtype, device=weight.device)
+    _copy_tokens(cfg, model.config)
+    src, out = mamba.state_dict(), dict(model.state_dict())
+    out["model.embed_tokens.weight"] = src["backbone.embeddings.weight"]
+    out["model.norm.weight"] = src["backbone.norm_f.weight"]
+    out["lm_head.weight"] = src.get("lm_head.weight", src["backbone.embeddings.weight"])
+    for i, (layer, ours) in enumerate(zip(layers, model.model.layers)):
+        t = f"backbone.layers.{i}."
+        out[f"model.layers.{i}.mixer_norm.weight"] = src[t + "norm.weight"]
+        mixer = {k[len(t + "mixer."):]: v for k, v in src.items() if k.startswith(t + "mixer.")}
+        out.update({f"model.layers.{i}.mixer.{k}": v for k, v in CONVERTERS["MambaMixer"].to_ours(mixer, ours.mixer.spec).items()})
+    with torch.no_grad():
+        model.load_state_dict(out, strict=True)
+    return model.train(mamba.training)
+
+
 def hybrid_config(config, specs: list[MixerSpec]) -> HybridConfig:
     """The HybridConfig of a Llama / Qwen2 / Qwen3 config with one spec per layer; refuses what differs."""
     _require(config, "hidden_act", {"silu"})
@@ -150,7 +187,7 @@ def student_spec(student: MixerSpec | str, attention: nn.Module) -> MixerSpec:
     return MixerSpec.model_validate(data)
 
 
-def _load(source) -> nn.Module:
+def _load(source, supported: tuple[str, ...] = SUPPORTED) -> nn.Module:
     if isinstance(source, (str, Path)):
         path = Path(source)
         if not (path / "config.json").is_file():
@@ -159,8 +196,8 @@ def _load(source) -> nn.Module:
 
         source = AutoModelForCausalLM.from_pretrained(path)
     name = type(source).__name__
-    if name not in SUPPORTED:
-        raise ValueError(f"cannot convert a {name}; supported teachers: {', '.join(SUPPORTED)}")
+    if name not in supported:
+        raise ValueError(f"cannot convert a {name}; supported: {', '.join(supported)}")
     return source
 
 

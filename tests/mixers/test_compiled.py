@@ -117,8 +117,9 @@ def test_lower_compile_option():
     spec = get_preset("gated_deltanet")
     form = lower(spec, "chunk", compile=True)
     assert form.compiled and form.name == "chunk" and not lower(spec, "chunk").compiled
-    assert COMPILABLE == {"chunk", "prefix_sum"}
-    assert compilable(spec) and compilable(get_preset("sca")) and not compilable(get_preset("softmax"))
+    assert COMPILABLE == {"chunk", "prefix_sum", "selective_scan"}
+    assert compilable(spec) and compilable(get_preset("sca")) and compilable(get_preset("mamba"))
+    assert not compilable(get_preset("softmax"))
     with pytest.raises(ValueError, match=r"compile=True\) needs a form with a compiled variant.*'recurrent'"):
         lower(spec, "recurrent", compile=True)
     with pytest.raises(ValueError, match="the scan form is compiled already"):
