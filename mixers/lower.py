@@ -22,7 +22,10 @@ The selective class (Mamba, Gu & Dao 2023) has no chunk form: its decay exp(Δ_{
 number per entry of S (key n, value channel d), so the decay between two tokens does not factor into
 the per-head or per-key factors that turn a chunk's intra-chunk term into one C×C matmul per head;
 per value channel it would be a C×C matrix of its own, K·V·C² work per chunk against the scan's
-K·V·C. Its forms are the exact scan (over blocks of tokens, eager or compiled) and the token loop.
+K·V·C. Its forms are the exact scan (over blocks of tokens, eager or compiled) and the token loop. A
+parallel associative scan (log₂ T doubling steps of T·K·V work) does not pay on CPU: forward and backward
+took 2.0× (T=256) and 2.2× (T=1024) the block scan's time at K=16, V=128 (training/bench/selective_scan.py,
+one thread), so it is not a form.
 
 "recurrent" is the hand-written recurrence of the published rule (scan: the derived step,
 uncompiled; its published rule, where one exists, is in references.py). Every form of a
