@@ -166,8 +166,8 @@ class Mixer(Lowered, nn.Module):
         self.H, self.Hqk, self.K, self.V = o.num_heads, o.qk_heads, o.head_dim, o.value_dim
         self.K_phi = feature_width(o.feature_map, self.K)  # key width of the memory
         self.init_forms(spec, form)
-        self.phi_q = build_feature_map(o.feature_map, self.Hqk, self.K)
-        self.phi_k = build_feature_map(o.feature_map, self.Hqk, self.K)
+        self.phi_q = build_feature_map(o.feature_map, self.Hqk, self.K, o.cosformer_horizon)
+        self.phi_k = build_feature_map(o.feature_map, self.Hqk, self.K, o.cosformer_horizon)
         # RWKV-7's removal key κ = L2norm(k ⊙ ξ) (remove_replace bias); ξ = 1 makes κ the normalised k
         self.removal = nn.Parameter(torch.ones(self.H * self.K_phi)) if isinstance(spec.bias, RemoveReplace) else None
         width = 2 * self.Hqk * self.K + self.H * self.V
@@ -265,8 +265,9 @@ class Mixer(Lowered, nn.Module):
         if self.conv is not None:
             qkv, conv_state = self.conv(qkv, None if state is None else state.conv)
         q, k, v = qkv.split([self.Hqk * self.K, self.Hqk * self.K, self.H * self.V], dim=-1)
-        q = self.phi_q(q.view(B, T, self.Hqk, self.K))  # [B, T, Hqk, K_φ]
-        k = self.phi_k(k.view(B, T, self.Hqk, self.K))
+        pos = self._positions(state, B, T, x.device)  # [B, T] for a map that reads positions, else None
+        q = self.phi_q(q.view(B, T, self.Hqk, self.K), pos)  # [B, T, Hqk, K_φ]
+        k = self.phi_k(k.view(B, T, self.Hqk, self.K), pos)
         v = v.view(B, T, self.H, self.V)
         if self.spec.layer.qk_norm == "l2":
             q, k = l2_normalize(q), l2_normalize(k)
@@ -284,7 +285,16 @@ class Mixer(Lowered, nn.Module):
                            initial_state=None if state is None else state.memory,  # under autocast), as it does
                            output_final_state=return_state)  # without autocast; o comes back in v's dtype
         y = self.o_proj(self._output(o, v, x).reshape(B, T, self.H * self.V))
-        return y, (MixerState(memory, conv_state) if return_state else None)
+        seen = None if pos is None else pos[:, -1] + 1
+        return y, (MixerState(memory, conv_state, seen) if return_state else None)
+
+    def _positions(self, state: MixerState | None, B: int, T: int, device: torch.device) -> torch.Tensor | None:
+        """Token positions [B, T] counted from the sequence's start (the state's ``pos``), for a feature map
+        that reads them (``needs_positions``: cosformer); None for the others."""
+        if not self.phi_q.needs_positions:
+            return None
+        start = torch.zeros(B, dtype=torch.long, device=device) if state is None or state.pos is None else state.pos
+        return start[:, None] + torch.arange(T, device=device)
 
     def _output(self, o: torch.Tensor, v: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """D skip, output norm and gate (layer.output_norm): o [B, T, H, V] -> [B, T, H, V]."""

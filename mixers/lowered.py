@@ -19,10 +19,12 @@ __all__ = ["Lowered", "MixerState", "input_dtype"]
 
 
 class MixerState(NamedTuple):
-    """Decode state of a recurrent Mixer: the op's memory state and the conv buffer (or None)."""
+    """Decode state of a recurrent Mixer: the op's memory state, the conv buffer (or None) and, for a feature
+    map that reads positions (cosformer), the tokens seen per row (else None)."""
 
     memory: Any  # [B, H, K_φ, V (+1 if normalised)] or a tuple of tensors (MLP / momentum memories)
     conv: torch.Tensor | None  # [B, conv_size − 1, 2·Hqk·K + H·V]
+    pos: torch.Tensor | None = None  # [B] int64
 
 
 class Lowered:

@@ -23,6 +23,8 @@ from assocmem.memories import (
     Spectral, Window, algebra_class, check_axes, sums_keys,
 )
 
+from .feature_maps import COSFORMER_HORIZON
+
 MemoryField = Annotated[Matrix | Diagonal | MLP | NonParametric | Spectral, Field(discriminator="kind")]
 BiasField = Annotated[
     DotProduct | L2 | RemoveReplace | Lp | Huber | NadarayaWatson | CharacteristicFunction,
@@ -121,11 +123,16 @@ class LayerOptions(BaseModel):
     norm_eps: float = Field(1e-6, gt=0, description="epsilon of the output RMSNorm (recurrent mixers) and of the "
                             "QK-norm (attention)")
     # the recurrent Mixer (every parametric memory)
-    feature_map: Literal["identity", "silu", "elu_plus_one", "relu", "hedgehog"] = Field(
+    feature_map: Literal["identity", "silu", "elu_plus_one", "relu", "hedgehog", "favor", "cosformer"] = Field(
         "identity", description="feature map φ applied to q and k after the short conv (whose output already "
         "passed a SiLU: the published delta-rule layers use identity here); 'hedgehog': the learnable "
         "φ(x) = [softmax(x W), softmax(−x W)] per head (Zhang et al. 2024; W: K×K, identity at init), so the "
-        "memory's key width is 2·head_dim (mixers/feature_maps.py)")
+        "memory's key width is 2·head_dim; 'favor': Performer's positive random features "
+        "exp(ω x − ‖x‖²/2)/√K with orthogonal ω, redrawable by seed (Choromanski et al. 2021); 'cosformer': "
+        "[ReLU(x) cos(πi/2M), ReLU(x) sin(πi/2M)] at token position i, M = cosformer_horizon (Qin et al. "
+        "2022), key width 2·head_dim (mixers/feature_maps.py)")
+    cosformer_horizon: int = Field(COSFORMER_HORIZON, gt=0, description="M of the cosformer feature map's "
+                                   "re-weighting cos(π/2 · (i − j)/M) (tokens further apart than M weigh < 0)")
     normalize: bool = Field(
         False, description="normalised linear attention (thesis eqs. 2.31–2.36): o = M_t φ(q) / (Z_t φ(q) + 1e-10), "
         "Z_t the Hebbian sum of the keys, kept as one more value column of the state; hebbian specs only")
