@@ -80,7 +80,7 @@ def implementations(family: str, T: int, K: int = 64, compiled: bool = False) ->
     hw = hand_written(spec)
     if hw is not None and (family != "softmax" or T <= DERIVED_MAX_T):
         impls[f"recurrent ({hw[0]})"] = hw[1]
-    for form in ("chunk", "prefix_sum", "masked_matmul", "sdpa"):
+    for form in ("chunk", "prefix_sum", "masked_matmul", "sdpa", "selective_scan"):
         if form in available_forms(spec) and not (form == "masked_matmul" and T > DERIVED_MAX_T):
             impls[form] = lower(spec, form).fn
         if compiled and form in available_forms(spec) and form in COMPILABLE:
