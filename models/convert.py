@@ -192,9 +192,9 @@ def _load(source, supported: tuple[str, ...] = SUPPORTED) -> nn.Module:
         path = Path(source)
         if not (path / "config.json").is_file():
             raise FileNotFoundError(f"{path} is not a transformers model folder (no config.json)")
-        from transformers import AutoModelForCausalLM
+        from .hf_load import load_causal_lm
 
-        source = AutoModelForCausalLM.from_pretrained(path)
+        source = load_causal_lm(path)
     name = type(source).__name__
     if name not in supported:
         raise ValueError(f"cannot convert a {name}; supported: {', '.join(supported)}")

@@ -78,12 +78,12 @@ def _train(out: Path, steps: int) -> dict:
 def _probe(out: Path) -> bool:
     import torch
 
-    from assocmem.models import AssocMemForCausalLM
+    from assocmem.models.hf_load import load_causal_lm
 
     from .causality import model_causality
 
     _section("4. probe: causality of the trained hybrid (perturb every future token)")
-    model = AssocMemForCausalLM.from_pretrained(out / "mqar-gdn-attn" / "final").eval()
+    model = load_causal_lm(out / "mqar-gdn-attn" / "final").eval()
     ids = torch.randint(0, model.config.vocab_size, (2, 48), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         report = model_causality(model, ids)

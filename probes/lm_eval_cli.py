@@ -22,12 +22,15 @@ import sys
 def harness_argv(run: str, rest: list[str]) -> list[str]:
     """lm-eval's command line for the model at ``run`` plus the user's lm-eval arguments ``rest``.
 
-    ``--model`` and a ``pretrained=`` model argument are refused (this command sets both); a given
-    ``--model_args`` (or ``--model_args=...``) is appended to ``pretrained=FOLDER,backend=causal``.
+    ``--model`` and a ``pretrained=`` or ``trust_remote_code=`` model argument are refused (this command sets
+    them: no code from a model folder runs); a given ``--model_args`` (or ``--model_args=...``) is appended to
+    ``pretrained=FOLDER,backend=causal,trust_remote_code=False``.
     """
+    from assocmem.models.hf_load import refuse_custom_code
     from assocmem.training.model_factory import pretrained_folder
 
     folder = pretrained_folder(run)
+    refuse_custom_code(folder)
     extra, passed = [], []
     it = iter(rest)
     for arg in it:
@@ -43,11 +46,11 @@ def harness_argv(run: str, rest: list[str]) -> list[str]:
         else:
             passed.append(arg)
     keys = [item.split("=", 1)[0].strip() for value in extra for item in value.split(",") if item]
-    clash = sorted({"pretrained", "backend"} & set(keys))
+    clash = sorted({"pretrained", "backend", "trust_remote_code"} & set(keys))
     if clash:
-        raise ValueError(f"--model_args {clash} are set by eval-harness (the model folder, backend=causal); "
-                         f"leave them out")
-    model_args = ",".join([f"pretrained={folder}", "backend=causal", *extra])
+        raise ValueError(f"--model_args {clash} are set by eval-harness (the model folder, backend=causal, "
+                         f"trust_remote_code=False); leave them out")
+    model_args = ",".join([f"pretrained={folder}", "backend=causal", "trust_remote_code=False", *extra])
     return ["run", "--model", "hf", "--model_args", model_args, *passed]
 
 

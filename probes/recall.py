@@ -111,7 +111,7 @@ def train_mqar_models(mixers: list[str], d_models: list[int], *, out_dir: str | 
     """
     from assocmem.training.config import config_from_dict
     from assocmem.training.loop import train
-    from transformers import AutoModelForCausalLM
+    from assocmem.models.hf_load import load_causal_lm
 
     models = {}
     for mixer, d in progress([(m, d) for m in mixers for d in d_models], "recall: training",
@@ -128,7 +128,7 @@ def train_mqar_models(mixers: list[str], d_models: list[int], *, out_dir: str | 
         })
         train(cfg, overwrite=True)
         folder = Path(out_dir) / label / "final"
-        models[label] = (mixer, AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=False).eval())
+        models[label] = (mixer, load_causal_lm(folder).eval())
     return models
 
 

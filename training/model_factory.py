@@ -47,9 +47,9 @@ def _hf_config(hf_config: dict, *, vocab_size: int | None):
 
 def hf_model(hf_config: dict, *, vocab_size: int | None) -> nn.Module:
     """Any transformers causal LM from a config dict with ``model_type`` (randomly initialised)."""
-    from transformers import AutoModelForCausalLM
+    from assocmem.models.hf_load import causal_lm_from_config
 
-    return AutoModelForCausalLM.from_config(_hf_config(hf_config, vocab_size=vocab_size))
+    return causal_lm_from_config(_hf_config(hf_config, vocab_size=vocab_size))
 
 
 def _build(model: ModelConfig, vocab_size: int | None) -> nn.Module:
@@ -84,12 +84,13 @@ def pretrained_folder(ref: str | Path) -> Path:
 
 def load_pretrained(ref: str | Path) -> nn.Module:
     """The causal LM saved at ``ref`` (assocmem or transformers), in eval mode."""
-    import assocmem.models  # noqa: F401  (registers model_type "assocmem" with transformers)
-    from transformers import AutoModelForCausalLM
+    from assocmem.models.hf_load import CustomCodeError, load_causal_lm
 
     folder = pretrained_folder(ref)
     try:
-        return AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=False).eval()
+        return load_causal_lm(folder).eval()
+    except CustomCodeError:
+        raise
     except (OSError, ValueError, KeyError, RuntimeError) as err:
         raise ValueError(f"the model in {folder} does not load: {type(err).__name__}: {err}") from None
 

@@ -98,9 +98,9 @@ def load_tokenizer(name_or_path: str):
     if not path.is_dir():
         raise ValueError(f"tokenizer must be 'bytes', a local HF tokenizer folder or a Hugging Face Hub id, got "
                          f"{name_or_path!r} (not a directory)")
-    from transformers import AutoTokenizer
+    from assocmem.models.hf_load import load_hf_tokenizer
 
-    return AutoTokenizer.from_pretrained(str(path), local_files_only=True, trust_remote_code=False)
+    return load_hf_tokenizer(path, local_files_only=True)
 
 
 def tokenizer_vocab_size(tokenizer) -> int:

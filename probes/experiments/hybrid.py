@@ -105,7 +105,7 @@ def _train_config(cfg: HybridExperimentConfig, label: str, hybrid: dict, runs: P
 
 
 def _train_and_probe(cfg: HybridExperimentConfig, label: str, hybrid: dict, out: Path, graph) -> dict:
-    from transformers import AutoModelForCausalLM
+    from assocmem.models.hf_load import load_causal_lm
 
     import assocmem.models  # noqa: F401  (registers the assocmem model type)
     from assocmem.training.config import config_from_dict
@@ -116,7 +116,7 @@ def _train_and_probe(cfg: HybridExperimentConfig, label: str, hybrid: dict, out:
     t0 = time.time()
     summary = train(config_from_dict(_train_config(cfg, label, hybrid, out / "runs")), overwrite=True)
     t1 = time.time()
-    model = AutoModelForCausalLM.from_pretrained(out / "runs" / label / "final", trust_remote_code=False).eval()
+    model = load_causal_lm(out / "runs" / label / "final").eval()
     res = trace_graph(model, graph, num_walks=cfg.probe_walks, walk_length=cfg.seq_len, window=cfg.window,
                       pca_contexts=sorted({min(cfg.seq_len, 4 * cfg.window), cfg.seq_len}),
                       seed=cfg.seed + 12345)

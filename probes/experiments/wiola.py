@@ -175,7 +175,7 @@ def run_job(cfg_json: dict, variant: str, hybrid: dict, seed: int, out: str) -> 
 
     os.nice(5)
     torch.set_num_threads(1)
-    from transformers import AutoModelForCausalLM
+    from assocmem.models.hf_load import load_causal_lm
 
     import assocmem.models  # noqa: F401  (registers the assocmem model type)
     from assocmem.training.config import config_from_dict
@@ -185,7 +185,7 @@ def run_job(cfg_json: dict, variant: str, hybrid: dict, seed: int, out: str) -> 
     t0 = time.time()
     train(config_from_dict(_train_config(cfg, variant, hybrid, seed, out)), overwrite=True)
     seconds = time.time() - t0
-    model = AutoModelForCausalLM.from_pretrained(out / "runs" / f"{variant}_s{seed}" / "final").eval()
+    model = load_causal_lm(out / "runs" / f"{variant}_s{seed}" / "final").eval()
     result = measure(cfg, model, held_out_blocks(cfg, out / "data" / "eval.txt"))
     return {"variant": variant, "seed": seed, "train_seconds": seconds, **result}
 

@@ -81,12 +81,12 @@ def test_eval_harness_builds_lm_evals_command_line(tmp_path):
     build_model(HybridConfig(d_model=16, layers="gdn", mlp_ratio=0, vocab_size=11)).save_pretrained(run / "final")
     final = run / "final"
     assert harness_argv(str(run), ["--tasks", "t", "--limit", "3"]) == [
-        "run", "--model", "hf", "--model_args", f"pretrained={final},backend=causal", "--tasks", "t", "--limit", "3"]
+        "run", "--model", "hf", "--model_args", f"pretrained={final},backend=causal,trust_remote_code=False", "--tasks", "t", "--limit", "3"]
     assert harness_argv(str(final), ["--model_args", "dtype=float32,tokenizer=tok", "--tasks", "t"]) == [
-        "run", "--model", "hf", "--model_args", f"pretrained={final},backend=causal,dtype=float32,tokenizer=tok",
+        "run", "--model", "hf", "--model_args", f"pretrained={final},backend=causal,trust_remote_code=False,dtype=float32,tokenizer=tok",
         "--tasks", "t"]
     joined = harness_argv(str(run), ["--model-args=dtype=float32"])[4]
-    assert joined == f"pretrained={final},backend=causal,dtype=float32"
+    assert joined == f"pretrained={final},backend=causal,trust_remote_code=False,dtype=float32"
     with pytest.raises(ValueError, match="--model is set by eval-harness"):
         harness_argv(str(run), ["--model", "vllm"])
     with pytest.raises(ValueError, match=r"--model_args \['pretrained'\] are set by eval-harness"):

@@ -48,17 +48,19 @@ def check_distill(cfg: DistillConfig) -> list[int]:
     rope scaling, activation, biases), replaced layers out of range (``student.*``), an unknown or
     non-parametric student mixer (``student.mixer``), data with a larger vocabulary than the teacher's.
     """
-    from transformers import AutoConfig
-
     from assocmem.memories import NonParametric, Spectral
     from assocmem.mixers import get_preset
     from assocmem.models.convert import check_replace, check_teacher_config
+    from assocmem.models.hf_load import load_hf_config
 
     try:
         folder = pretrained_folder(cfg.teacher)
     except FileNotFoundError as err:
         raise ConfigError(f"teacher: {err}") from None
-    config = AutoConfig.from_pretrained(folder)
+    try:
+        config = load_hf_config(folder)
+    except (OSError, ValueError, KeyError) as err:
+        raise ConfigError(f"teacher: {err}") from None
     try:
         check_teacher_config(config, [])
     except ValueError as err:
