@@ -1,7 +1,8 @@
 """What every probe command shares: the output folder, the model argument and the common flags.
 
     add_common_flags(parser)   --out (required), --overwrite, --seed
-    prepare_out(path, overwrite)   the output folder, refused if non-empty unless overwrite
+    prepare_out(path, overwrite)   the output folder (marked as assocmem's), refused if non-empty unless
+                               overwrite, which replaces only a folder holding the marker
     load_model(ref)            a causal LM from a saved folder / run folder, a model preset name or a Hub id
     run_data(ref)              the data section of the run a model came from (None outside a run)
     settings_from_runs(...)    probe settings defaulting to the runs' data, mismatches refused
@@ -29,14 +30,38 @@ def add_common_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of every random draw (default 0)")
 
 
+OUT_MARKER = ".assocmem-out"  # written into every --out folder: --overwrite replaces only a folder holding it
+
+
+def overwrite_problem(out: Path) -> str | None:
+    """Why ``--overwrite`` must not delete the folder ``out``, or None when assocmem wrote it (it holds
+    OUT_MARKER) and it is neither the working directory nor a folder above it."""
+    here = Path.cwd().resolve()
+    if out.is_symlink():
+        return f"{out} is a symbolic link"
+    if out.resolve() == here or out.resolve() in here.parents:
+        return f"{out} is the working directory or a folder above it"
+    if not (out / OUT_MARKER).is_file():
+        return f"{out} holds no {OUT_MARKER} marker, so assocmem did not write it"
+    return None
+
+
 def prepare_out(path: str | Path, overwrite: bool) -> Path:
-    """Create the output folder; refuse a non-empty one unless ``overwrite``."""
+    """Create the output folder and mark it as assocmem's (OUT_MARKER); refuse a non-empty one unless
+    ``overwrite``, which deletes only a folder an earlier command marked (``overwrite_problem``)."""
     out = Path(path)
-    if out.exists() and any(out.iterdir()):
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"--out {out} is a file, not a folder; give a folder path")
+    if out.is_dir() and any(p.name != OUT_MARKER for p in out.iterdir()):
         if not overwrite:
             raise FileExistsError(f"--out {out} exists and is not empty; pass --overwrite to replace it")
+        problem = overwrite_problem(out)
+        if problem is not None:
+            raise FileExistsError(f"--overwrite deletes only an output folder assocmem wrote; {problem}, so it is "
+                                  f"left as it is (choose another --out, or remove it yourself)")
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
+    (out / OUT_MARKER).write_text("written by assocmem; --overwrite may replace this folder\n")
     return out
 
 

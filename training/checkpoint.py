@@ -170,7 +170,7 @@ def latest_valid_checkpoint(run_dir: str | Path, *, set_aside: bool = False) -> 
 
     The damaged checkpoints met on the way are reported in one CheckpointWarning naming each bad
     file and the checkpoint used instead; with ``set_aside`` each is also renamed to ``damaged-step_...`` (kept for inspection,
-    never listed, loaded or deleted again). Raises CheckpointError, renaming nothing, when
+    never listed, loaded or deleted again; a step damaged a second time becomes ``damaged-step_...-2``, ...). Raises CheckpointError, renaming nothing, when
     checkpoints exist but none verifies (starting over silently would lose the run).
     """
     found = list_checkpoints(run_dir)
@@ -188,8 +188,7 @@ def latest_valid_checkpoint(run_dir: str | Path, *, set_aside: bool = False) -> 
     problems = []
     for bad, problem in damaged:
         if set_aside:
-            kept = bad.with_name(DAMAGED_PREFIX + bad.name)
-            shutil.rmtree(kept, ignore_errors=True)
+            kept = _unused_name(bad.with_name(DAMAGED_PREFIX + bad.name))
             os.rename(bad, kept)
             problem += f" (moved to {kept})"
         problems.append(problem)
@@ -197,6 +196,15 @@ def latest_valid_checkpoint(run_dir: str | Path, *, set_aside: bool = False) -> 
         warnings.warn(f"damaged checkpoint(s) skipped: {'; '.join(problems)}; using {path}", CheckpointWarning,
                       stacklevel=2)
     return path
+
+
+def _unused_name(path: Path) -> Path:
+    """``path``, or ``path-2``, ``path-3``, ... : the first name no file or folder has."""
+    candidate, n = path, 1
+    while candidate.exists() or candidate.is_symlink():
+        n += 1
+        candidate = path.with_name(f"{path.name}-{n}")
+    return candidate
 
 
 def recover_interrupted_writes(run_dir: str | Path) -> None:

@@ -170,3 +170,18 @@ def test_keep_last_must_be_positive(tmp_path):
     model, opt = _trained()
     with pytest.raises(ValueError, match="keep_last"):
         ckpt.save_checkpoint(tmp_path, 1, model, _state(opt), keep_last=0)
+
+
+def test_a_second_corruption_of_one_step_keeps_the_first_set_aside_copy(tmp_path):
+    model, opt = _trained()
+    for step in (1, 2):
+        ckpt.save_checkpoint(tmp_path, step, model, _state(opt), keep_last=3)
+    root = ckpt.checkpoint_dir(tmp_path)
+    for attempt in (1, 2, 3):
+        (root / "step_00000002" / ckpt.STATE_FILE).write_bytes(f"damage {attempt}".encode())
+        with pytest.warns(ckpt.CheckpointWarning, match="state.pt has 8 bytes"):
+            assert ckpt.latest_valid_checkpoint(tmp_path, set_aside=True) == root / "step_00000001"
+        ckpt.save_checkpoint(tmp_path, 2, model, _state(opt), keep_last=3)  # the run goes on, step 2 again
+    kept = {p.name: (p / ckpt.STATE_FILE).read_bytes() for p in root.iterdir() if p.name.startswith("damaged-")}
+    assert kept == {"damaged-step_00000002": b"damage 1", "damaged-step_00000002-2": b"damage 2",
+                    "damaged-step_00000002-3": b"damage 3"}
