@@ -36,14 +36,14 @@ def niah(args) -> int:
 
 
 def _params(items: list[str]) -> dict:
-    import yaml
+    from assocmem.mixers.yaml_text import load_yaml
 
     out = {}
     for item in items:
         if "=" not in item:
             raise ValueError(f"--task-param expects key=value (e.g. num_digits=8), got {item!r}")
         key, raw = item.split("=", 1)
-        out[key.strip()] = yaml.safe_load(raw)
+        out[key.strip()] = load_yaml(raw, source=f"--task-param {key.strip()}")
     return out
 
 

@@ -24,6 +24,7 @@ from assocmem.memories import (
 )
 
 from .feature_maps import COSFORMER_HORIZON
+from .yaml_text import load_yaml
 
 MemoryField = Annotated[Matrix | Diagonal | MLP | NonParametric | Spectral, Field(discriminator="kind")]
 BiasField = Annotated[
@@ -243,8 +244,9 @@ class MixerSpec(BaseModel):
     @classmethod
     def from_yaml(cls, source: str | Path) -> "MixerSpec":
         """Parse YAML text or a path to a .yaml/.yml/.json file."""
-        text = Path(source).read_text() if _is_path(source) else str(source)
-        data = yaml.safe_load(text)
+        is_path = _is_path(source)
+        text = Path(source).read_text(encoding="utf-8") if is_path else str(source)
+        data = load_yaml(text, source=str(source) if is_path else "the MixerSpec YAML")
         if not isinstance(data, dict):
             raise ValueError(f"a MixerSpec document must be a mapping, got {type(data).__name__}")
         return cls.model_validate(data)

@@ -24,6 +24,7 @@ import datasets
 import torch
 from torch import nn
 
+from assocmem.training.config_files import read_yaml
 from assocmem.training.fourier import flat_spectrum_regularity, mode_power, num_bins, regularity, top_modes
 from assocmem.training.metrics import batch_tensors
 from assocmem.training.objective import CausalLMObjective
@@ -128,8 +129,6 @@ def _model_and_data(args):
     """(model, data section dict, provenance) for the MODEL argument (``assocmem probe sounding``)."""
     from pathlib import Path
 
-    import yaml
-
     from assocmem.training.config import load_config
     from assocmem.training.data import data_vocab_size
     from assocmem.training.loop import seed_everything
@@ -146,7 +145,7 @@ def _model_and_data(args):
     model, info = load_model(args.model)
     data = None
     if (ref / "config.yaml").is_file():
-        data = yaml.safe_load((ref / "config.yaml").read_text())["data"]
+        data = read_yaml(ref / "config.yaml")["data"]
     return model, data, info
 
 

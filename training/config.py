@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .config_files import ConfigError, put_value, read_mapping, split_override
+from .config_files import ConfigError, parse_yaml, put_value, read_mapping, split_override
 from .grad_transforms import GradTransformConfig
 from .verifiable import ChainSum, GraphPath, Modular, Needle
 
@@ -392,10 +392,10 @@ def _target_class(path: list[str], data: dict) -> tuple[type[BaseModel] | None, 
     return cls, path[-1]
 
 
-def _parse_value(cls: type[BaseModel] | None, key: str, raw: str) -> Any:
+def _parse_value(cls: type[BaseModel] | None, key: str, raw: str, *, where: str) -> Any:
     if cls is not None and key in cls.model_fields and _unwrap(cls.model_fields[key].annotation) is str:
         return None if raw in ("null", "~") else raw  # strings stay strings ("123" is a name)
-    return yaml.safe_load(raw)
+    return parse_yaml(raw, source=f"--set {where}")
 
 
 def set_values(data: dict, values: dict[str, Any]) -> dict:
@@ -426,7 +426,7 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
     for item in overrides:
         dotted, path, raw = split_override(item, "optim.lr=1e-3")
         cls, key = _target_class(path, out)
-        out = set_values(out, {dotted: _parse_value(cls, key, raw.strip())})
+        out = set_values(out, {dotted: _parse_value(cls, key, raw.strip(), where=dotted)})
     return yaml.safe_load(yaml.safe_dump(out)) if out is data else out
 
 

@@ -1,5 +1,6 @@
 """Config files, whatever the config: a YAML mapping read with clear errors (``read_yaml``,
-``read_mapping``), ``--set key.sub=value`` overrides split and put into the raw mapping
+``read_mapping``; every YAML text goes through mixers/yaml_text.load_yaml: no tags, no duplicate keys,
+bounded depth and alias expansion, errors naming the file and line; ``parse_yaml`` for one value), ``--set key.sub=value`` overrides split and put into the raw mapping
 (``split_override``, ``put_value``), and ``read_config_mapping`` for the configs that validate the
 whole mapping themselves (distill, rl). ``config.py`` adds TrainConfig's typed overrides on top.
 """
@@ -8,21 +9,31 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
+from assocmem.mixers.yaml_text import YAMLInputError, load_yaml
 
 
 class ConfigError(ValueError):
     """A config file or override that does not validate (the message says where and why)."""
 
 
-def read_yaml(path: str | Path) -> Any:
-    """``yaml.safe_load`` of a file; unreadable files and YAML syntax errors raise ConfigError with the place."""
+def parse_yaml(text: str, *, source: str) -> Any:
+    """``load_yaml`` (mixers/yaml_text.py) of ``text``; refused YAML raises ConfigError naming ``source``."""
     try:
-        return yaml.safe_load(Path(path).read_text())
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{path} is not valid YAML: {err}") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise ConfigError(f"cannot read {path}: {err}") from None
+        return load_yaml(text, source=source)
+    except YAMLInputError as err:
+        raise ConfigError(str(err)) from None
+
+
+def read_yaml(path: str | Path) -> Any:
+    """The YAML value of a file (``parse_yaml``); an unreadable or non-UTF-8 file raises ConfigError naming it."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path} is not UTF-8 text (byte {err.start}: {err.reason}); a config is a YAML text "
+                          f"file") from None
+    except OSError as err:
+        raise ConfigError(f"cannot read {path}: {err.strerror or err}") from None
+    return parse_yaml(text, source=str(path))
 
 
 def read_mapping(path: Path) -> dict:
@@ -44,7 +55,7 @@ def read_config_mapping(path: str | Path, overrides: list[str] | None = None, *,
     data = read_mapping(path)
     for item in overrides or []:
         dotted, keys, raw = split_override(item, example)
-        put_value(data, keys, yaml.safe_load(raw), where=f"--set {dotted}")
+        put_value(data, keys, parse_yaml(raw, source=f"--set {dotted}"), where=f"--set {dotted}")
     data.setdefault("name", path.stem)
     return data
 

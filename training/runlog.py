@@ -24,9 +24,9 @@ import shutil
 from pathlib import Path
 from typing import Callable
 
-import yaml
 
 from .config import TrainConfig
+from .config_files import ConfigError, read_yaml
 
 LOG_FILE, CONFIG_FILE, CURVES_FILE, SUMMARY_FILE = "log.jsonl", "config.yaml", "curves.png", "summary.json"
 # fields that may change on --resume without changing the steps already taken: logging and
@@ -68,9 +68,9 @@ def run_folder_problem(path: Path) -> str | None:
     if not config.is_file() or not log.is_file():
         return f"{path} does not hold both {CONFIG_FILE} and {LOG_FILE}"
     try:
-        data = yaml.safe_load(config.read_text())
-    except (yaml.YAMLError, UnicodeDecodeError) as err:
-        return f"{config} is not valid YAML ({type(err).__name__})"
+        data = read_yaml(config)
+    except ConfigError as err:
+        return f"{config} is not a readable YAML config ({err})"
     if not isinstance(data, dict) or not {"model", "data", "train"} <= set(data):
         return f"{config} is not a TrainConfig (no model, data and train sections)"
     return None
@@ -79,7 +79,7 @@ def run_folder_problem(path: Path) -> str | None:
 def _as_trained(old: dict, saved: Path) -> dict:
     """A saved config as its run was trained: packed text saved before ``data.documents`` existed
     was read as one sequence per block (``joined``), whatever today's default says."""
-    raw = yaml.safe_load(saved.read_text()).get("data") or {}
+    raw = read_yaml(saved).get("data") or {}
     if old["data"].get("kind") == "files" and raw.get("prompt_field") is None and "documents" not in raw:
         old["data"]["documents"] = "joined"
     return old

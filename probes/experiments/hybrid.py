@@ -269,11 +269,11 @@ def add_flags(flags) -> None:
 
 def config(args) -> HybridExperimentConfig:
     """The config of --quick, --config, --steps and --threads (refused before any work)."""
-    import yaml
+    from assocmem.training.config_files import read_mapping
 
     if args.config and not Path(args.config).is_file():
         raise FileNotFoundError(f"--config {args.config} is not a file")
-    updates = {**(yaml.safe_load(Path(args.config).read_text()) if args.config else {}),
+    updates = {**(read_mapping(Path(args.config)) if args.config else {}),
                **({"steps": args.steps} if args.steps else {})}
     return config_from_flags(HybridExperimentConfig, args, updates)
 

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import yaml
 from torch import nn
 
 from ..checkpoint import latest_checkpoint
 from ..config import ConfigError, ModelConfig, TrainConfig
+from ..config_files import read_yaml
 from ..data import build_datasets, data_vocab_size
 from ..distributed import barrier, broadcast_object, init_distributed, shutdown
 from ..loop import Trainer, train
@@ -215,7 +215,7 @@ def _record_config(cfg: DistillConfig, overwrite: bool) -> None:
     """<root>/distill.yaml: the config of the stages in the folder; another config there is refused."""
     path = cfg.root / DISTILL_FILE
     if path.is_file() and not overwrite:
-        old = distill_config_from_dict(yaml.safe_load(path.read_text())).model_dump(mode="json")
+        old = distill_config_from_dict(read_yaml(path)).model_dump(mode="json")
         changed = config_differences(old, cfg.model_dump(mode="json"))
         if changed:
             raise ValueError(f"{cfg.root} holds a distillation with another config (changed: {changed}); choose "
