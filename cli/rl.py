@@ -37,11 +37,16 @@ def _rl(args: argparse.Namespace) -> int:
     if args.print_config:
         print(cfg.to_yaml())
         return 0
+    from assocmem.training.checkpoint import CheckpointError
+    from assocmem.training.loop import NonFiniteLossError
     from assocmem.training.rl.loop import train_rl
 
     try:
         summary = train_rl(cfg, resume=args.resume, overwrite=args.overwrite)
-    except (ValueError, FileExistsError, FileNotFoundError) as err:
+    except (NonFiniteLossError, CheckpointError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    except (ValueError, OSError) as err:  # a run folder refused (output_dir a file, ...), a reference that differs
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(json.dumps(summary, indent=2))

@@ -94,6 +94,10 @@ class RLLoopConfig(_Strict):
     log_every: int = Field(1, gt=0, description="a JSONL line every N rounds")
     checkpoint_every: int = Field(0, ge=0, description="checkpoint every N rounds (0: at the end only)")
     keep_last: int = Field(2, gt=0, description="checkpoints kept")
+    on_nonfinite: Literal["stop", "skip"] = Field(
+        "stop", description="a NaN/inf gradient norm in an optimizer step (a huge loss.beta or optim.lr): stop with an "
+        "error naming the round (the checkpoints so far are kept), or skip that step (no update; counted as "
+        "skipped_steps in the log)")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto = cuda when available")
     threads: int | None = Field(None, gt=0, description="torch.set_num_threads (null = torch default)")
     progress: bool = Field(True, description="tqdm progress bar on rank 0")

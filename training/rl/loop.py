@@ -30,7 +30,7 @@ from tqdm.auto import tqdm
 from .. import checkpoint as ckpt
 from ..distributed import all_gather_object, all_reduce_sum, barrier, broadcast_object, init_distributed, rank_slice, shutdown
 from ..generation import SamplingSettings, sample_completions
-from ..loop import seed_everything
+from ..loop import NonFiniteLossError, seed_everything
 from ..model_factory import build_from_config, model_description
 from ..optim import build_optimizer, build_scheduler, extend_schedule
 from ..runlog import SUMMARY_FILE, RunLog
@@ -85,11 +85,12 @@ class RLTrainer:
         self.sampler = StepSampler(len(self.train_problems), cfg.rollout.prompts_per_step, seed=cfg.seed)
         self.optimizer = build_optimizer(self.policy, cfg.optim)
         self.scheduler = build_scheduler(self.optimizer, cfg.optim, cfg.train.steps)
-        self.step, self.sampled_tokens, self.elapsed = 0, 0, 0.0
+        self.step, self.sampled_tokens, self.elapsed, self.skipped = 0, 0, 0.0, 0
         latest = _on_main(info, lambda: self._open_run_dir(resume, overwrite))
         if latest is not None:
             self._restore(Path(latest))
-        self.log = RunLog(run_dir, keep_until_step=self.step) if info.is_main else None
+        # resume: the killed run's lines after its checkpoint go (at round 0 all of them: run() evaluates again)
+        self.log = RunLog(run_dir, keep_until_step=self.step if self.step else -1) if info.is_main else None
 
     # ------------------------------------------------------------ checkpoints
     def _open_run_dir(self, resume: bool, overwrite: bool) -> str | None:
@@ -114,6 +115,7 @@ class RLTrainer:
         self.scheduler.load_state_dict(state["scheduler"])
         ckpt.set_rng_state(state["rng"][self.info.rank])
         self.step, self.sampled_tokens, self.elapsed = state["step"], state["sampled_tokens"], state["elapsed"]
+        self.skipped = state.get("skipped_steps", 0)
         extend_schedule(self.optimizer, self.scheduler, self.cfg.train.steps)
 
     def save(self) -> None:
@@ -121,7 +123,7 @@ class RLTrainer:
         if self.info.is_main:
             state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(), "rng": rng,
                      "world_size": self.info.world_size, "sampled_tokens": self.sampled_tokens,
-                     "elapsed": self.elapsed, "reference_sha256": self.reference_digest,
+                     "elapsed": self.elapsed, "skipped_steps": self.skipped, "reference_sha256": self.reference_digest,
                      "reference_source": self.reference_source}
             ckpt.save_checkpoint(self.run_dir, self.step, self.policy, state, keep_last=self.cfg.train.keep_last)
         barrier()
@@ -179,16 +181,29 @@ class RLTrainer:
             assign_gradient(self.params, gradient)
             clip = cfg.optim.grad_clip
             grad_norm = float(nn.utils.clip_grad_norm_(self.params, clip if clip is not None else float("inf")))
-            if not math.isfinite(grad_norm):
-                raise FloatingPointError(f"non-finite gradient norm at round {self.step + 1}, inner iteration {it}")
-            self.optimizer.step()
-            self.optimizer.zero_grad(set_to_none=True)
             if it == 0:
                 record = self._first_iteration_metrics(terms, g_pos, g_neg, scale, grad_norm, logp, ref_logp, batch)
+            if not math.isfinite(grad_norm):  # the gradients are summed over processes: the same on every rank
+                self.optimizer.zero_grad(set_to_none=True)
+                if cfg.train.on_nonfinite == "stop":
+                    raise NonFiniteLossError(self._non_finite_message(grad_norm, it, float(terms.total.detach())))
+                self.skipped += 1  # on_nonfinite: skip -- no update from this iteration
+                continue
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
         self.step += 1
         self.sampled_tokens += stats["sampled_tokens"]
-        return {**stats, **record, "sampled_tokens": self.sampled_tokens}
+        return {**stats, **record, "sampled_tokens": self.sampled_tokens, "skipped_steps": self.skipped}
+
+    def _non_finite_message(self, grad_norm: float, iteration: int, loss: float) -> str:
+        last = ckpt.latest_checkpoint(self.run_dir)
+        return (f"non-finite gradient norm ({grad_norm}) at round {self.step + 1}, inner iteration {iteration + 1} of "
+                f"{self.cfg.loss.inner_iterations} (this process's loss {loss}); train.on_nonfinite=stop, so the run "
+                f"stops before this update. The newest checkpoint is "
+                f"{last if last is not None else 'none (no checkpoint yet)'}; lower loss.beta "
+                f"({self.cfg.loss.beta:g}) or optim.lr ({self.cfg.optim.lr:g}) and start again (or --resume), or "
+                f"--set train.on_nonfinite=skip to skip such steps")
 
     def _first_iteration_metrics(self, terms, g_pos, g_neg, scale, grad_norm, logp, ref_logp, batch) -> dict:
         mask = batch.completion_mask.to(logp.dtype)

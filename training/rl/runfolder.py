@@ -18,7 +18,7 @@ from ..runlog import CONFIG_FILE, LOG_FILE, check_run_folder, run_folder_problem
 from .config import RLConfig
 
 RESUME_MUTABLE = {"name", "output_dir", "train.steps", "train.eval_every", "train.log_every", "train.checkpoint_every",
-                  "train.keep_last", "train.progress", "train.eval_batch_size"}
+                  "train.keep_last", "train.progress", "train.eval_batch_size", "train.on_nonfinite"}
 
 
 def check_rl_run_dir(cfg: RLConfig, *, resume: bool, overwrite: bool) -> Path:
