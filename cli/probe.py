@@ -15,22 +15,28 @@ import argparse
 from pathlib import Path
 
 from . import sampling
-from .types import non_negative_float, positive_float, positive_int
+from .types import finite_float, non_negative_float, positive_float, positive_int, seed_int
+
+
+def add_common_flags(p: argparse.ArgumentParser) -> None:
+    """--out, --overwrite and --seed, the flags of every probe command."""
+    p.add_argument("--out", required=True, help="output folder (refused if non-empty, unless --overwrite, which "
+                   "replaces only a folder an assocmem command wrote)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing non-empty output folder")
+    p.add_argument("--seed", type=seed_int, default=0, help="seed of every random draw (default 0)")
 
 
 def add_parser(subparsers) -> None:
     """Add ``probe`` and its sub-subcommands."""
-    from assocmem.probes.io import add_common_flags
-
     p = subparsers.add_parser("probe", help="representation and memory probes (JSON + PNG)",
                               description="Probes: in-context graph tracing, MQAR recall, causality, capacity, "
                                           "gradient sounding, test-time scaling (tts) and needle in a haystack "
                                           "(niah).")
     sub = p.add_subparsers(dest="probe", metavar="PROBE")
     sub.required = True
-    for add in (_graph_parser, _recall_parser, _causality_parser, _capacity_parser, _sounding_parser):
-        add_common_flags(add(sub))
-    sampling.add_parser(sub)
+    for parser in [add(sub) for add in (_graph_parser, _recall_parser, _causality_parser, _capacity_parser,
+                                        _sounding_parser)] + sampling.add_parsers(sub):
+        add_common_flags(parser)
 
 
 def report(fn, args: argparse.Namespace) -> int:
@@ -219,18 +225,25 @@ def capacity(args) -> int:
     return report(_capacity, args)
 
 
-def _capacity(args) -> Path:
-    from assocmem.mixers import MixerSpec
+def _capacity_spec(name: str):
+    """The MixerSpec of a spec file or a preset name; a name that is neither is a ValueError naming it."""
+    from assocmem.mixers import MixerSpec, get_preset
 
+    if Path(name).is_file():
+        return MixerSpec.from_yaml(Path(name))
+    try:
+        return get_preset(name)
+    except KeyError as err:
+        raise ValueError(f"spec {name!r} is not a file and not a mixer preset: {err.args[0]}") from None
+
+
+def _capacity(args) -> Path:
     from assocmem.probes import io
     from assocmem.probes.capacity import capacity_sweep
     from assocmem.probes.plotting import CurvePanel, save_curve_panels
 
+    memories = {Path(s).stem if Path(s).is_file() else s: _capacity_spec(s) for s in args.specs} or None
     out = io.prepare_out(args.out, args.overwrite)
-    memories = None
-    if args.specs:
-        memories = {Path(s).stem if Path(s).is_file() else s: (MixerSpec.from_yaml(s) if Path(s).is_file() else s)
-                    for s in args.specs}
     curves = capacity_sweep(memories, num_pairs=tuple(args.num_pairs), key_dim=args.key_dim,
                             value_dim=args.value_dim, trials=args.trials, form=args.form, seed=args.seed)
     panels = [CurvePanel(f"{title} (K={args.key_dim}, V={args.value_dim})", "stored pairs N", "relative MSE",
@@ -251,15 +264,15 @@ def _sounding_parser(sub) -> argparse.ArgumentParser:
                    "(its final model on its data), a saved HF model folder or a model preset (these need --data)")
     s.add_argument("--params", nargs="+", default=["*"], help="glob patterns of parameter names (default: all)")
     s.add_argument("--axis", type=int, default=0, help="the axis of each parameter to sound (default 0: rows)")
-    s.add_argument("--length", type=int, default=None, help="sound the first N indices of the axis only")
-    s.add_argument("--top-k", type=int, default=16, help="K of ρ (default 16, the paper's GPT-2 setting)")
+    s.add_argument("--length", type=positive_int, default=None, help="sound the first N indices of the axis only")
+    s.add_argument("--top-k", type=positive_int, default=16, help="K of ρ (default 16, the paper's GPT-2 setting)")
     s.add_argument("--data", help="YAML file holding a `data:` section (or the section itself)")
     s.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a data field, e.g. --set data.p=97 (repeatable)")
     s.add_argument("--split", choices=["train", "eval"], default="train", help="which split the mean runs over")
-    s.add_argument("--sequences", type=int, default=None, help="use the first N sequences only (default: all)")
-    s.add_argument("--batch-size", type=int, default=64, help="sequences per backward pass (default 64)")
-    s.add_argument("--threshold", type=float, default=0.6, help="the paper's rule: FGP where ρ > threshold")
+    s.add_argument("--sequences", type=positive_int, default=None, help="use the first N sequences only (default: all)")
+    s.add_argument("--batch-size", type=positive_int, default=64, help="sequences per backward pass (default 64)")
+    s.add_argument("--threshold", type=finite_float, default=0.6, help="the paper's rule: FGP where ρ > threshold")
     s.set_defaults(run=f"{__name__}:sounding")
     return s
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .types import seed_int
+
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
@@ -15,7 +17,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("name", nargs="?", help="result name (see --list)")
     p.add_argument("--list", action="store_true", help="list the registered results, their commands and cost")
     p.add_argument("--quick", action="store_true", help="rerun one seed only (the result's quick seeds)")
-    p.add_argument("--seeds", type=int, nargs="+", metavar="S", help="rerun these seeds instead")
+    p.add_argument("--seeds", type=seed_int, nargs="+", metavar="S", help="rerun these seeds instead")
     p.add_argument("--out", help="folder for the rerun (must not exist or be empty; default: a new temporary folder)")
     p.add_argument("--results", default=None, metavar="DIR",
                    help="folder of the stored records <NAME>.json (default: the results shipped with assocmem)")

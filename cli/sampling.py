@@ -14,13 +14,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from .types import finite_float, non_negative_float, positive_float, positive_int, seed_int
 
-def add_parser(sub) -> None:
-    """Add the ``tts`` and ``niah`` probe subcommands (to ``assocmem probe``'s subparsers)."""
-    from assocmem.probes.io import add_common_flags
 
-    add_common_flags(_tts_parser(sub))
-    add_common_flags(_niah_parser(sub))
+def add_parsers(sub) -> list[argparse.ArgumentParser]:
+    """Add the ``tts`` and ``niah`` probe subcommands (to ``assocmem probe``'s subparsers); cli/probe.py adds the
+    common flags to the parsers returned."""
+    return [_tts_parser(sub), _niah_parser(sub)]
 
 
 def tts(args) -> int:
@@ -73,17 +73,17 @@ def _tts_parser(sub) -> argparse.ArgumentParser:
     t.add_argument("--prompt-field", default="question", help="for --problems-file (default question)")
     t.add_argument("--answer-field", default="answer", help="for --problems-file (default answer)")
     t.add_argument("--prompt-template", default="{prompt}", help="for --problems-file, e.g. 'Q: {prompt}\\nA:'")
-    t.add_argument("--num-problems", type=int, default=100, help="problems evaluated (default 100)")
-    t.add_argument("--problem-seed", type=int, help="seed of the problems (default: the run's data.eval_seed, or 1)")
-    t.add_argument("--samples", type=int, default=16, help="n, completions per problem (default 16)")
-    t.add_argument("--ks", type=int, nargs="+", help="k values (default 1, 2, 4, ... n)")
-    t.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1; 0 = greedy)")
-    t.add_argument("--top-p", type=float, default=1.0, help="nucleus mass (default 1 = off)")
-    t.add_argument("--max-new-tokens", type=int, help="longest response (default: the task's)")
-    t.add_argument("--batch-size", type=int, default=128, help="sequences per generate() call (default 128)")
+    t.add_argument("--num-problems", type=positive_int, default=100, help="problems evaluated (default 100)")
+    t.add_argument("--problem-seed", type=seed_int, help="seed of the problems (default: the run's data.eval_seed, or 1)")
+    t.add_argument("--samples", type=positive_int, default=16, help="n, completions per problem (default 16)")
+    t.add_argument("--ks", type=positive_int, nargs="+", help="k values (default 1, 2, 4, ... n)")
+    t.add_argument("--temperature", type=non_negative_float, default=1.0, help="sampling temperature (default 1; 0 = greedy)")
+    t.add_argument("--top-p", type=positive_float, default=1.0, help="nucleus mass (default 1 = off)")
+    t.add_argument("--max-new-tokens", type=positive_int, help="longest response (default: the task's)")
+    t.add_argument("--batch-size", type=positive_int, default=128, help="sequences per generate() call (default 128)")
     t.add_argument("--rule", default="first", choices=["first", "last", "strict"],
                    help="which candidate answer counts: first, last, or strict (Nautile: >1 distinct = wrong)")
-    t.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples of the problems (default 1000)")
+    t.add_argument("--bootstrap", type=positive_int, default=1000, help="bootstrap resamples of the problems (default 1000)")
     t.set_defaults(run=f"{__name__}:tts")
     return t
 
@@ -147,13 +147,13 @@ def _niah_parser(sub) -> argparse.ArgumentParser:
     n.add_argument("--tokenizer", default="bytes", help="for --text: 'bytes' or a local HF tokenizer folder")
     n.add_argument("--task-param", action="append", default=[], metavar="KEY=VALUE",
                    help="needle layout parameters (num_needles, num_filler, num_keys, num_values)")
-    n.add_argument("--lengths", type=int, nargs="+", default=[128, 256, 512, 1024, 2048],
+    n.add_argument("--lengths", type=positive_int, nargs="+", default=[128, 256, 512, 1024, 2048],
                    help="context lengths (default 128 256 512 1024 2048)")
-    n.add_argument("--depths", type=float, nargs="+", default=[0, 25, 50, 75, 100],
+    n.add_argument("--depths", type=finite_float, nargs="+", default=[0, 25, 50, 75, 100],
                    help="needle depths in %% of the haystack (default 0 25 50 75 100)")
-    n.add_argument("--trials", type=int, default=16, help="cases per cell (default 16)")
-    n.add_argument("--batch-size", type=int, default=16, help="cases per forward (default 16)")
-    n.add_argument("--train-length", type=int, help="training length to mark (default: the run's data.seq_len)")
+    n.add_argument("--trials", type=positive_int, default=16, help="cases per cell (default 16)")
+    n.add_argument("--batch-size", type=positive_int, default=16, help="cases per forward (default 16)")
+    n.add_argument("--train-length", type=positive_int, help="training length to mark (default: the run's data.seq_len)")
     n.set_defaults(run=f"{__name__}:niah")
     return n
 

@@ -12,7 +12,7 @@ import sys
 from importlib.resources import files
 from pathlib import Path
 
-from .types import positive_int
+from .types import positive_int, seed_int
 
 
 def add_parser(subparsers) -> None:
@@ -32,7 +32,7 @@ def add_parser(subparsers) -> None:
     mode.add_argument("--overwrite", action="store_true",
                       help="replace an existing run folder of the same name (and the --result file)")
     p.add_argument("--print-config", action="store_true", help="print the validated config(s) and exit")
-    p.add_argument("--seeds", type=int, nargs="+", metavar="S",
+    p.add_argument("--seeds", type=seed_int, nargs="+", metavar="S",
                    help="train once per seed (run <name>-s<S>; finished runs are reused) and print mean and range")
     p.add_argument("--result", metavar="PATH",
                    help="with --seeds: write the result record (training/results.py) to PATH; refused if it "

@@ -6,6 +6,7 @@ which names the flag: ``argument --seq-len: must be an integer >= 1, got '-5'``,
     finite_float       a real number, not NaN or ±inf
     positive_float     a finite real number > 0
     non_negative_float a finite real number >= 0
+    seed_int           a seed: an integer from 0 to 2**32 - 1 (numpy's range)
 
 Plain stdlib, so a parser that uses them stays cheap to build.
 """
@@ -14,7 +15,8 @@ from __future__ import annotations
 import argparse
 import math
 
-__all__ = ["positive_int", "non_negative_int", "finite_float", "positive_float", "non_negative_float"]
+__all__ = ["positive_int", "non_negative_int", "finite_float", "positive_float", "non_negative_float", "seed_int"]
+SEED_LIMIT = 2**32
 
 
 def _int_at_least(text: str, low: int) -> int:
@@ -61,4 +63,12 @@ def non_negative_float(text: str) -> float:
     value = finite_float(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
+    return value
+
+
+def seed_int(text: str) -> int:
+    """A seed: an integer from 0 to 2**32 - 1 (what numpy, torch and Python's random all take)."""
+    value = _int_at_least(text, 0)
+    if value >= SEED_LIMIT:
+        raise argparse.ArgumentTypeError(f"must be a seed from 0 to {SEED_LIMIT - 1}, got {text!r}")
     return value

@@ -24,7 +24,7 @@ from assocmem.memories import (
 )
 
 from .feature_maps import COSFORMER_HORIZON
-from .yaml_text import load_yaml
+from .yaml_text import load_yaml, read_yaml_file
 
 MemoryField = Annotated[Matrix | Diagonal | MLP | NonParametric | Spectral, Field(discriminator="kind")]
 BiasField = Annotated[
@@ -244,9 +244,7 @@ class MixerSpec(BaseModel):
     @classmethod
     def from_yaml(cls, source: str | Path) -> "MixerSpec":
         """Parse YAML text or a path to a .yaml/.yml/.json file."""
-        is_path = _is_path(source)
-        text = Path(source).read_text(encoding="utf-8") if is_path else str(source)
-        data = load_yaml(text, source=str(source) if is_path else "the MixerSpec YAML")
+        data = read_yaml_file(source) if _is_path(source) else load_yaml(str(source), source="the MixerSpec YAML")
         if not isinstance(data, dict):
             raise ValueError(f"a MixerSpec document must be a mapping, got {type(data).__name__}")
         return cls.model_validate(data)

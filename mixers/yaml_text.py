@@ -1,6 +1,7 @@
 """The one YAML reader of assocmem (specs, model and run configs, ``--set`` values, saved run folders).
 
-``load_yaml(text, source=...)`` is ``yaml.safe_load`` with the limits a config needs:
+``load_yaml(text, source=...)`` is ``yaml.safe_load`` with the limits a config needs (``read_yaml_file(path)``
+reads a file with it; a file that is not UTF-8 text is refused naming the file and the byte):
 
     no tags          a tag (``!!python/object``, ``!include``, ...) is refused; ``!!str`` and the other
                      standard scalar tags are plain YAML and read as usual
@@ -14,6 +15,7 @@ and column, and what would be right.
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -117,3 +119,16 @@ def load_yaml(text: str, *, source: str) -> Any:
             from None
     finally:
         loader.dispose()
+
+
+def read_yaml_file(path: str | Path) -> Any:
+    """``load_yaml`` of the file ``path``; a file that is not UTF-8 text or cannot be read raises YAMLInputError
+    naming it (a missing file raises FileNotFoundError)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise YAMLInputError(f"{path} is not UTF-8 text (byte {err.start}: {err.reason}); a YAML file is text") \
+            from None
+    except IsADirectoryError:
+        raise YAMLInputError(f"{path} is a folder, not a YAML file") from None
+    return load_yaml(text, source=str(path))

@@ -47,7 +47,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SerializeAsAny, 
 from assocmem.memories import NonParametric
 from assocmem.mixers import MixerSpec, get_preset
 from assocmem.mixers.parallel import ParallelSpec
-from assocmem.mixers.yaml_text import load_yaml
+from assocmem.mixers.yaml_text import load_yaml, read_yaml_file
 
 from .extensions import EXTENSIONS, Extension, ExtensionSlot
 
@@ -322,8 +322,7 @@ class HybridConfig(BaseModel):
     def from_yaml(cls, source: str | Path) -> "HybridConfig":
         """Parse YAML text or a path to a .yaml/.yml/.json file."""
         is_path = isinstance(source, Path) or ("\n" not in source and source.endswith((".yaml", ".yml", ".json")))
-        data = load_yaml(Path(source).read_text(encoding="utf-8") if is_path else source,
-                         source=str(source) if is_path else "the HybridConfig YAML")
+        data = read_yaml_file(source) if is_path else load_yaml(source, source="the HybridConfig YAML")
         if not isinstance(data, dict):
             raise ValueError(f"a HybridConfig document must be a mapping, got {type(data).__name__}")
         return cls.model_validate(data)

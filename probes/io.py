@@ -1,6 +1,5 @@
 """What every probe command shares: the output folder, the model argument and the common flags.
 
-    add_common_flags(parser)   --out (required), --overwrite, --seed
     prepare_out(path, overwrite)   the output folder (marked as assocmem's), refused if non-empty unless
                                overwrite, which replaces only a folder holding the marker
     load_model(ref)            a causal LM from a saved folder / run folder, a model preset name or a Hub id
@@ -21,13 +20,6 @@ from typing import Callable
 
 # what a user's input raises (an existing --out, a missing file, a bad value; a ConfigError is a ValueError)
 USER_ERRORS: tuple[type[Exception], ...] = (FileExistsError, FileNotFoundError, ValueError)
-
-
-def add_common_flags(p: argparse.ArgumentParser) -> None:
-    """--out, --overwrite and --seed, the flags of every probe command."""
-    p.add_argument("--out", required=True, help="output folder (refused if non-empty, unless --overwrite)")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing non-empty output folder")
-    p.add_argument("--seed", type=int, default=0, help="seed of every random draw (default 0)")
 
 
 OUT_MARKER = ".assocmem-out"  # written into every --out folder: --overwrite replaces only a folder holding it

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ValidationError
 from assocmem.memories import GD, Huber, Implicit, Lp, Momentum, Proximal, RetainThenGD, Spectral
 from assocmem.mixers import MixerSpec, get_preset, list_presets
 from assocmem.cli.types import (finite_float, non_negative_float, non_negative_int, positive_float,
-                                       positive_int)
+                                       positive_int, seed_int)
 from assocmem.mixers.layer import build_mixer
 from assocmem.mixers.ops import attention, delta, hebbian
 from assocmem.mixers.spec import AttentionOptions, LayerOptions, SCAOptions
@@ -182,7 +182,7 @@ def test_derive_on_invalid_yaml_exits_with_a_message(tmp_path):
 # ----------------------------------------------------------------------------- command line
 BAD_TEXT = {positive_int: ["0", "-5", "1.5", "abc"], non_negative_int: ["-1", "x"],
             finite_float: ["nan", "inf"], positive_float: ["0", "-1e-3", "nan", "-inf"],
-            non_negative_float: ["-0.5", "nan"]}
+            non_negative_float: ["-0.5", "nan"], seed_int: ["-1", str(2**32), "1e3"]}
 
 
 def _options(parser: argparse.ArgumentParser, path: list[str]):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from assocmem.mixers.yaml_text import YAMLInputError, load_yaml
+from assocmem.mixers.yaml_text import YAMLInputError, load_yaml, read_yaml_file
 
 
 class ConfigError(ValueError):
@@ -25,15 +25,14 @@ def parse_yaml(text: str, *, source: str) -> Any:
 
 
 def read_yaml(path: str | Path) -> Any:
-    """The YAML value of a file (``parse_yaml``); an unreadable or non-UTF-8 file raises ConfigError naming it."""
+    """The YAML value of a file (``read_yaml_file``); an unreadable or non-UTF-8 file, or refused YAML, raises
+    ConfigError naming it."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except UnicodeDecodeError as err:
-        raise ConfigError(f"{path} is not UTF-8 text (byte {err.start}: {err.reason}); a config is a YAML text "
-                          f"file") from None
+        return read_yaml_file(path)
+    except YAMLInputError as err:
+        raise ConfigError(str(err)) from None
     except OSError as err:
         raise ConfigError(f"cannot read {path}: {err.strerror or err}") from None
-    return parse_yaml(text, source=str(path))
 
 
 def read_mapping(path: Path) -> dict:

@@ -75,6 +75,8 @@ def test_a_config_that_is_not_utf8_text_names_the_file(tmp_path, capsys):
     path.write_bytes(b"name: \xff\xfe\x00binary")
     assert main(["train", str(path)]) == 2
     assert f"{path} is not UTF-8 text (byte 6: invalid start byte)" in capsys.readouterr().err
+    with pytest.raises(YAMLInputError, match=f"{path} is not UTF-8 text"):
+        MixerSpec.from_yaml(path)
     with pytest.raises(ValueError, match="is not UTF-8 text"):
         load_config(path)
 
