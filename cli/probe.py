@@ -178,7 +178,7 @@ def _causality(args) -> Path:
     from assocmem.probes.causality import model_causality_in_modes, preset_mixer_causality, probe_ids, spec_causality
     from assocmem.probes.plotting import CurvePanel, save_curve_panels
 
-    out = io.prepare_out(args.out, args.overwrite)
+    io.check_out(args.out, args.overwrite)  # the folder is made once every target has been probed
     reports = []
     for target in _expand_targets(args.targets):
         if target in list_presets() or target in ALIASES or Path(target).suffix in (".yaml", ".yml", ".json"):
@@ -199,6 +199,7 @@ def _causality(args) -> Path:
     for r in reports:
         print(f"{r.target}: {'causal' if r.causal else f'LEAKS from position {r.first_leak}'} "
               f"(max leak {r.max_leak:.3g})")
+    out = io.prepare_out(args.out, args.overwrite)
     panel = CurvePanel("max |Δ output| at position p when inputs after p change", "position", "leak",
                        {r.target: (list(range(r.seq_len)), list(r.leak)) for r in reports}, logx=False, logy=True)
     save_curve_panels(out / "causality.png", [panel])

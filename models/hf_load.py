@@ -5,13 +5,15 @@
     load_hf_tokenizer(folder)      AutoTokenizer.from_pretrained
     causal_lm_from_config(config)  AutoModelForCausalLM.from_config
 
-Each passes ``trust_remote_code=False`` (tests/test_fuzz.py scans the source for load calls without it)
+A pickled ``pytorch_model.bin`` is read with ``weights_only`` (transformers' default); one holding more than
+tensors is an UnsafePickleError naming the files. Each passes ``trust_remote_code=False`` (tests/test_fuzz.py scans the source for load calls without it)
 and first refuses a folder whose config files name custom code (``auto_map`` / ``custom_pipelines``):
 transformers would otherwise ask "Do you wish to run the custom code?" and run it on "y".
 """
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 
 # the files a load reads, and the keys by which they point at Python code of the folder
@@ -21,6 +23,15 @@ CONFIG_FILES = ("config.json", "tokenizer_config.json", "processor_config.json",
 
 class CustomCodeError(ValueError):
     """A model folder that asks to run its own code (the message names the folder and the file)."""
+
+
+class UnsafePickleError(ValueError):
+    """Pickled weights that ``torch.load(weights_only=True)`` refuses (the message names the files)."""
+
+
+def _pickled_files(folder: str | Path) -> str:
+    found = sorted(p.name for p in Path(folder).glob("*.bin")) if Path(folder).is_dir() else []
+    return ", ".join(found) or "pickled weight files"
 
 
 def refuse_custom_code(folder: str | Path) -> None:
@@ -57,7 +68,12 @@ def load_causal_lm(folder: str | Path, **kwargs):
     from transformers import AutoModelForCausalLM
 
     refuse_custom_code(folder)
-    return AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=False, **kwargs)
+    try:
+        return AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=False, **kwargs)
+    except pickle.UnpicklingError:  # torch.load(weights_only=True) of a pytorch_model.bin
+        raise UnsafePickleError(f"the weights in {folder} ({_pickled_files(folder)}) hold pickled Python objects beyond "
+                                f"tensors, which could run code when loaded, so they are refused (weights_only): "
+                                f"convert them to model.safetensors where you trust them") from None
 
 
 def load_hf_tokenizer(folder: str | Path, **kwargs):

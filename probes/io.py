@@ -1,5 +1,6 @@
 """What every probe command shares: the output folder, the model argument and the common flags.
 
+    check_out(path, overwrite)     prepare_out's refusals, touching nothing (before long work)
     prepare_out(path, overwrite)   the output folder (marked as assocmem's), refused if non-empty unless
                                overwrite, which replaces only a folder holding the marker
     load_model(ref)            a causal LM from a saved folder / run folder, a model preset name or a Hub id
@@ -38,19 +39,28 @@ def overwrite_problem(out: Path) -> str | None:
     return None
 
 
-def prepare_out(path: str | Path, overwrite: bool) -> Path:
-    """Create the output folder and mark it as assocmem's (OUT_MARKER); refuse a non-empty one unless
-    ``overwrite``, which deletes only a folder an earlier command marked (``overwrite_problem``)."""
+def check_out(path: str | Path, overwrite: bool) -> bool:
+    """Refuse an output folder ``prepare_out`` would refuse, touching nothing (call it before long work);
+    returns whether ``prepare_out`` will delete the folder first."""
     out = Path(path)
     if out.exists() and not out.is_dir():
         raise FileExistsError(f"--out {out} is a file, not a folder; give a folder path")
-    if out.is_dir() and any(p.name != OUT_MARKER for p in out.iterdir()):
-        if not overwrite:
-            raise FileExistsError(f"--out {out} exists and is not empty; pass --overwrite to replace it")
-        problem = overwrite_problem(out)
-        if problem is not None:
-            raise FileExistsError(f"--overwrite deletes only an output folder assocmem wrote; {problem}, so it is "
-                                  f"left as it is (choose another --out, or remove it yourself)")
+    if not (out.is_dir() and any(p.name != OUT_MARKER for p in out.iterdir())):
+        return False
+    if not overwrite:
+        raise FileExistsError(f"--out {out} exists and is not empty; pass --overwrite to replace it")
+    problem = overwrite_problem(out)
+    if problem is not None:
+        raise FileExistsError(f"--overwrite deletes only an output folder assocmem wrote; {problem}, so it is "
+                              f"left as it is (choose another --out, or remove it yourself)")
+    return True
+
+
+def prepare_out(path: str | Path, overwrite: bool) -> Path:
+    """Create the output folder and mark it as assocmem's (OUT_MARKER); refuse a non-empty one unless
+    ``overwrite``, which deletes only a folder an earlier command marked (``check_out``)."""
+    out = Path(path)
+    if check_out(out, overwrite):
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / OUT_MARKER).write_text("written by assocmem; --overwrite may replace this folder\n")

@@ -22,16 +22,19 @@ Writing (``save_checkpoint``):
   3. the folder is renamed to its final name (atomic on POSIX). Re-saving a step that exists
      renames the old folder aside (``.old-step_...``) first, renames the new one in, then deletes
      the old one: a kill at any moment leaves a complete checkpoint under one of the two names;
-  4. older checkpoints beyond ``keep_last`` are deleted, never the newest verified one.
+  4. older checkpoints beyond ``keep_last`` are deleted, never the newest verified one: each is first renamed
+     to ``.del-step_...`` (atomic), then removed, so a kill while deleting leaves no half-deleted ``step_*``.
 
 Reading: ``verify_checkpoint`` recomputes the checksums and checks that every weight is
 finite; ``latest_valid_checkpoint`` walks from the newest checkpoint back to the first one that
 verifies, with a warning naming each damaged file. ``recover_interrupted_writes`` (at resume)
 finishes what a killed writer left: a complete ``.tmp-*`` becomes the checkpoint it was meant
-to be, an ``.old-*`` whose replacement never arrived is renamed back, the rest is removed.
+to be, an ``.old-*`` whose replacement never arrived is renamed back, the rest (``.del-*`` included) is
+removed, and so is an empty ``step_*`` folder.
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -49,7 +52,7 @@ from safetensors.torch import load_model, save_model
 from torch import nn
 
 _STEP_DIR = re.compile(r"^step_(\d{8})$")
-_ASIDE = re.compile(r"^\.(tmp|old)-(step_\d{8})-\d+$")  # folders of an interrupted write
+_ASIDE = re.compile(r"^\.(tmp|old|del)-(step_\d{8})-\d+$")  # folders of an interrupted write or prune
 WEIGHTS_FILE, STATE_FILE, MANIFEST_FILE = "model.safetensors", "state.pt", "checksums.json"
 CONFIG_FILE = "config.json"  # optional (absent for a model without a transformers config, or an older checkpoint)
 DAMAGED_PREFIX = "damaged-"
@@ -121,8 +124,9 @@ def checkpoint_problem(checkpoint: str | Path) -> str | None:
     """What is wrong with a checkpoint folder, or None when it verifies.
 
     Checks, in order: both files and ``checksums.json`` exist, each file the manifest names (the
-    two, and config.json when it was written) exists and its size and SHA-256 match, and every
-    floating tensor of the weights is finite.
+    two, and config.json when it was written) exists and its size and SHA-256 match, every
+    floating tensor of the weights is finite, and the state loads with ``weights_only`` (checksums
+    resealed over a state that pickles code do not make it loadable).
     """
     folder = Path(checkpoint)
     for name in (WEIGHTS_FILE, STATE_FILE):
@@ -154,6 +158,12 @@ def checkpoint_problem(checkpoint: str | Path) -> str | None:
         return f"{folder / WEIGHTS_FILE} cannot be read ({type(err).__name__}: {err})"
     if bad is not None:
         return f"{folder / WEIGHTS_FILE} holds non-finite values in {bad}"
+    try:
+        load_state(folder)
+    except Exception as err:  # weights_only refuses pickled code with an UnpicklingError; a torn zip, RuntimeError
+        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+        why = next((line for line in lines if "GLOBAL" in line.upper()), lines[0] if lines else "")
+        return f"{folder / STATE_FILE} does not load as plain tensors and values ({type(err).__name__}: {why})"
     return None
 
 
@@ -212,17 +222,21 @@ def recover_interrupted_writes(run_dir: str | Path) -> None:
 
     A ``.tmp-step_X-<pid>`` whose manifest matches its files is renamed to ``step_X`` when that is
     absent; an ``.old-step_X-<pid>`` is renamed back to ``step_X`` when that is absent; every other
-    ``.tmp-*`` / ``.old-*`` folder is deleted.
+    ``.tmp-*`` / ``.old-*`` folder and every ``.del-*`` folder (a prune killed midway) is deleted, and so is an
+    empty ``step_*`` folder (left by an older prune killed midway).
     """
     root = checkpoint_dir(run_dir)
     if not root.is_dir():
         return
     for p in sorted(root.iterdir()):
+        if _STEP_DIR.match(p.name) and p.is_dir() and not p.is_symlink() and not any(p.iterdir()):
+            p.rmdir()
+            continue
         match = _ASIDE.match(p.name)
         if match is None or not p.is_dir():
             continue
         kind, final = match.group(1), root / match.group(2)
-        usable = kind == "old" or checkpoint_problem(p) is None
+        usable = kind == "old" or kind == "tmp" and checkpoint_problem(p) is None
         if usable and not final.exists():
             os.rename(p, final)
         else:
@@ -317,7 +331,9 @@ def _prune(run_dir: str | Path, keep_last: int, newest: Path) -> None:
     """Step 4: delete checkpoints older than the newest ``keep_last``; ``newest`` (verified) stays."""
     for old in list_checkpoints(run_dir)[:-keep_last]:
         if old != newest:
-            shutil.rmtree(old, ignore_errors=True)
+            doomed = old.with_name(f".del-{old.name}-{os.getpid()}")
+            os.rename(old, doomed)
+            shutil.rmtree(doomed, ignore_errors=True)
 
 
 def save_checkpoint(run_dir: str | Path, step: int, model: nn.Module, state: dict[str, Any], *,
@@ -341,15 +357,28 @@ def save_checkpoint(run_dir: str | Path, step: int, model: nn.Module, state: dic
     final = root / f"step_{step:08d}"
     tmp = root / f".tmp-{final.name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
     try:
+        tmp.mkdir()
         _write_files(tmp, step, model, state)
         _rename_in(tmp, final)
+    except (OSError, RuntimeError) as err:  # a full disk: ENOSPC, or torch's "unexpected pos" from its zip writer
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise CheckpointError(_write_failure(root, step, err)) from err
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     _prune(run_dir, keep_last, final)
     return final
+
+
+def _write_failure(root: Path, step: int, err: Exception) -> str:
+    """What a failed checkpoint write says: the error, the free disk space, what was kept."""
+    free = shutil.disk_usage(root).free if root.exists() else None
+    space = (f"{free / 2**20:.1f} MiB free on the disk of {root}" if free is not None else f"{root} is gone")
+    full = getattr(err, "errno", None) == errno.ENOSPC or "unexpected pos" in str(err) or (free or 0) < 2**26
+    return (f"writing checkpoint step {step} failed ({type(err).__name__}: {err}); {space}"
+            + ("; the disk is (nearly) full: free space and resume with --resume" if full else "")
+            + f". Nothing of step {step} was kept; the previous checkpoints are as they were")
 
 
 def load_weights(checkpoint: str | Path, model: nn.Module) -> None:

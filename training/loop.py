@@ -114,16 +114,16 @@ class Trainer:
         self.scheduler = build_scheduler(self.optimizer, cfg.optim, self.total_steps)
         self.grad_transforms = GradTransforms(cfg.train.grad_transforms, self.model)
         self.step, self.tokens, self.elapsed, self.skipped = 0, 0, 0.0, 0
-        # the data and the model are built: only now is the run folder created (or, on resume, repaired)
-        latest = _on_main(info, lambda: self._open_run_dir(resume, overwrite), *_SETUP_ERRORS)
-        if latest is not None:
-            self._restore(Path(latest))
         self.objective = self.build_objective()
         if cfg.train.logits == "supervised":
             ids, labels = batch_tensors(self.train_ds, [0], info.device)
             check_supervised_logits(self.model, ids, labels)
         if batch_positions(self.train_ds, [0], info.device):  # packed documents, read one by one
             self._check_documents_apart()
+        # every check has passed: only now is the run folder created (or, on resume, repaired)
+        latest = _on_main(info, lambda: self._open_run_dir(resume, overwrite), *_SETUP_ERRORS)
+        if latest is not None:
+            self._restore(Path(latest))
         if cfg.train.compile:  # in place: the model's state_dict keys (checkpoints) stay as they are
             (self.model.get_decoder() if hasattr(self.model, "get_decoder") else self.model).compile()
         self.wrapped: nn.Module = self.objective

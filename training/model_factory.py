@@ -84,12 +84,12 @@ def pretrained_folder(ref: str | Path) -> Path:
 
 def load_pretrained(ref: str | Path) -> nn.Module:
     """The causal LM saved at ``ref`` (assocmem or transformers), in eval mode."""
-    from assocmem.models.hf_load import CustomCodeError, load_causal_lm
+    from assocmem.models.hf_load import CustomCodeError, UnsafePickleError, load_causal_lm
 
     folder = pretrained_folder(ref)
     try:
         return load_causal_lm(folder).eval()
-    except CustomCodeError:
+    except (CustomCodeError, UnsafePickleError):
         raise
     except (OSError, ValueError, KeyError, RuntimeError) as err:
         raise ValueError(f"the model in {folder} does not load: {type(err).__name__}: {err}") from None

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 from pathlib import Path
 from typing import Callable
@@ -138,8 +139,24 @@ def create_run_dir(cfg: TrainConfig, run_dir: Path, *, overwrite: bool) -> None:
     if overwrite and run_dir.is_dir() and run_folder_problem(run_dir) is None:
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / CONFIG_FILE).write_text(cfg.to_yaml())
+    replace_file(run_dir / CONFIG_FILE, cfg.to_yaml())  # never a half-written config.yaml (a full disk)
     (run_dir / LOG_FILE).touch()
+
+
+def replace_file(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically: a temporary file beside it, fsynced, renamed over it. A kill or a
+    full disk leaves the old file (or none), never a truncated one; a symbolic link at ``path`` is replaced by
+    the file, its target left as it is."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 # ---------------------------------------------------------------- JSONL
@@ -164,9 +181,11 @@ class RunLog:
     def __init__(self, run_dir: str | Path, *, keep_until_step: int | None = None, sinks: list | None = None):
         self.sinks = list(sinks or [])
         self.path = Path(run_dir) / LOG_FILE
-        if keep_until_step is not None:  # resume: drop what the killed run logged after its checkpoint
-            kept = [r for r in read_log(self.path) if r.get("step", 0) <= keep_until_step]
-            self.path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        if keep_until_step is not None or self.path.is_symlink():
+            # resume: drop what the killed run logged after its checkpoint (a linked log is copied, its target kept)
+            kept = [r for r in read_log(self.path)
+                    if keep_until_step is None or r.get("step", 0) <= keep_until_step]
+            replace_file(self.path, "".join(json.dumps(r) + "\n" for r in kept))
         self._file = open(self.path, "a", encoding="utf-8")
 
     def write(self, record: dict) -> None:

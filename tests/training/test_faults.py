@@ -238,7 +238,7 @@ def test_invalid_yaml_is_a_message_not_a_traceback(tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text("model: {hybrid: [\n")
     assert cli_main(["train", str(bad)]) == 2
-    assert "bad.yaml is not valid YAML" in capsys.readouterr().err
+    assert "bad.yaml, line 2, column 1: not valid YAML" in capsys.readouterr().err
 
 
 # ----------------------------------------------------------------------------- interrupted writes (fast)

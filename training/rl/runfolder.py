@@ -10,11 +10,10 @@ anything but ``RESUME_MUTABLE``.
 """
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 from ..config import ConfigError
-from ..runlog import CONFIG_FILE, LOG_FILE, check_run_folder, run_folder_problem
+from ..runlog import check_run_folder, create_run_dir
 from .config import RLConfig
 
 RESUME_MUTABLE = {"name", "output_dir", "train.steps", "train.eval_every", "train.log_every", "train.checkpoint_every",
@@ -36,9 +35,6 @@ def _saved_rl_config(saved: Path) -> dict:
 
 
 def create_rl_run_dir(cfg: RLConfig, run_dir: Path, *, overwrite: bool) -> None:
-    """Create (or empty, with overwrite) the checked folder; write config.yaml and an empty log (rank 0)."""
-    if overwrite and run_dir.is_dir() and run_folder_problem(run_dir) is None:
-        shutil.rmtree(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / CONFIG_FILE).write_text(cfg.to_yaml())
-    (run_dir / LOG_FILE).touch()
+    """Create (or empty, with overwrite) the checked folder; write config.yaml and an empty log (rank 0;
+    ``runlog.create_run_dir``)."""
+    create_run_dir(cfg, run_dir, overwrite=overwrite)
