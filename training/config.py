@@ -50,6 +50,18 @@ def check_run_name(name: str) -> str:
 
 
 # ---------------------------------------------------------------- model
+def _check_finite(value: Any, where: str) -> None:
+    """Refuse NaN or ±inf anywhere in a free-form section (``model.hf_config``), naming the dotted key."""
+    if isinstance(value, dict):
+        for key, sub in value.items():
+            _check_finite(sub, f"{where}.{key}")
+    elif isinstance(value, (list, tuple)):
+        for i, sub in enumerate(value):
+            _check_finite(sub, f"{where}[{i}]")
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{where} is {value}; every number of the model config must be finite")
+
+
 class ModelConfig(_Strict):
     """The network: exactly one of ``preset``, ``hybrid`` or ``hf_config``; or ``init_from`` a saved
     model, alone (its architecture) or with one of them (which must describe the same architecture)."""
@@ -81,6 +93,8 @@ class ModelConfig(_Strict):
             return self
         if self.hf_config is not None and "model_type" not in self.hf_config:
             raise ValueError("model.hf_config needs a model_type (e.g. llama)")
+        if self.hf_config is not None:
+            _check_finite(self.hf_config, "model.hf_config")
         if self.hf_config is None:
             self.hybrid_config(vocab_size=None)  # validate the hybrid now, not at build time
         return self

@@ -68,6 +68,9 @@ def run_folder_problem(path: Path) -> str | None:
     config, log = path / CONFIG_FILE, path / LOG_FILE
     if not config.is_file() or not log.is_file():
         return f"{path} does not hold both {CONFIG_FILE} and {LOG_FILE}"
+    if {p.name for p in path.iterdir()} == {CONFIG_FILE, LOG_FILE} and not config.stat().st_size \
+            and not log.stat().st_size:
+        return None  # both empty and nothing else: a start stopped while writing them (a full disk)
     try:
         data = read_yaml(config)
     except ConfigError as err:

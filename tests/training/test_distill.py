@@ -319,3 +319,15 @@ def test_two_gloo_processes_match_one_process(tmp_path):
         assert [r["step"] for r in two] == [1, 2, 3, 4]
         np.testing.assert_allclose([r["loss"] for r in two], [r["loss"] for r in one], rtol=1e-5, atol=1e-7)
         assert '"world_size": 2' in (tmp_path / "runs" / "two" / stage / "summary.json").read_text()
+
+
+def test_a_stage3_loss_of_exactly_zero_is_refused(tmp_path):
+    base = _config(tmp_path, tmp_path).model_dump(mode="json")
+    with pytest.raises(ConfigError, match=r"stage3: .*w_kl and w_ce are both 0, so the loss is exactly 0"):
+        load_distill_config_from({**base, "stage3": {**base["stage3"], "w_kl": 0, "w_ce": 0}}, tmp_path)
+
+
+def load_distill_config_from(data: dict, tmp_path):
+    path = tmp_path / "d.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return load_distill_config(path)

@@ -104,3 +104,26 @@ def test_pickled_weights_are_refused_naming_the_file(tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"the weights in {folder} (pytorch_model.bin) hold pickled Python objects beyond tensors" in err
     assert "Traceback" not in err and not (tmp_path / "out").exists()
+
+
+def test_an_empty_config_and_log_left_by_a_full_disk_give_way_to_overwrite(write_config, tmp_path, capsys):
+    path = write_config("zero", {"train": {"steps": 2}})
+    run = tmp_path / "runs" / "zero"
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_bytes(b"")
+    (run / "log.jsonl").write_bytes(b"")
+    assert cli_main(["train", str(path)]) == 2
+    assert "already exists" in capsys.readouterr().err
+    assert cli_main(["train", str(path), "--overwrite"]) == 0
+    assert (run / "summary.json").is_file()
+
+
+@pytest.mark.parametrize("value, where", [(".inf", "rope_theta is inf"), (".nan", "rope_theta is nan"),
+                                          ("[1.0, -.inf]", r"rope_theta\[1\] is -inf")])
+def test_non_finite_numbers_in_hf_config_are_refused_naming_the_key(write_config, capsys, value, where):
+    import re
+
+    path = write_config("nan")
+    assert cli_main(["train", str(path), "--set", f"model.hf_config.rope_theta={value}", "--print-config"]) == 2
+    err = capsys.readouterr().err
+    assert re.search(f"model.hf_config.{where}; every number of the model config must be finite", err), err

@@ -100,6 +100,13 @@ class KDStage(_Stage):
         "all", description="positions distilled: the data's supervised ones, or every position of each row up "
         "to its last supervised one (the teacher's distribution is a target wherever it is defined)")
 
+    @model_validator(mode="after")
+    def _some_loss(self) -> "KDStage":
+        if self.w_kl == 0 and self.w_ce == 0:
+            raise ValueError("w_kl and w_ce are both 0, so the loss is exactly 0 and nothing would train; set w_kl > 0 "
+                             "(distillation) and/or w_ce > 0 (cross-entropy on the labels)")
+        return self
+
 
 class SFTStage(_Stage):
     """Stage 4, supervised fine-tuning from the last stage's weights, the loss on the labels (the prompt masked)."""
