@@ -19,7 +19,7 @@ import numpy as np
 from .prompt_response import prompt_response_arrays
 from .tasks import arrays_to_dataset
 from .text_files import (ByteTokenizer, Tokenizer, encode_text, hf_tokenizer, load_text_files, load_tokenizer,
-                         save_tokenizer, tokenizer_vocab_size)
+                         save_tokenizer, text_values, tokenizer_vocab_size)
 
 __all__ = ["ByteTokenizer", "Tokenizer", "encode_text", "hf_tokenizer", "load_text_files", "load_tokenizer",
            "save_tokenizer", "tokenizer_vocab_size", "pack_dataset", "pair_dataset", "data_vocab_size",
@@ -43,7 +43,7 @@ def pack_dataset(raw: datasets.Dataset, tokenizer, seq_len: int, *, text_field: 
     if documents not in ("separate", "joined"):
         raise ValueError(f"documents must be 'separate' or 'joined', got {documents!r}")
     eos = getattr(tokenizer, "eos_token_id", None)
-    docs = [encode_text(tokenizer, text) + ([eos] if eos is not None else []) for text in raw[text_field]]
+    docs = [encode_text(tokenizer, text) + ([eos] if eos is not None else []) for text in text_values(raw, text_field)]
     stream = np.asarray([tok for doc in docs for tok in doc], dtype=np.int64)
     num_blocks = len(stream) // seq_len
     if num_blocks == 0:
@@ -68,8 +68,9 @@ def pair_dataset(raw: datasets.Dataset, tokenizer, seq_len: int, *, prompt_field
     eos = getattr(tokenizer, "eos_token_id", None)
     pad = getattr(tokenizer, "pad_token_id", None)
     pad = pad if pad is not None else (eos if eos is not None else 0)
-    prompts = [encode_text(tokenizer, text) for text in raw[prompt_field]]
-    responses = [encode_text(tokenizer, text) + ([eos] if eos is not None else []) for text in raw[response_field]]
+    prompts = [encode_text(tokenizer, text) for text in text_values(raw, prompt_field)]
+    responses = [encode_text(tokenizer, text) + ([eos] if eos is not None else [])
+                 for text in text_values(raw, response_field)]
     lengths = [len(p) + len(r) for p, r in zip(prompts, responses)]
     keep = [i for i, n in enumerate(lengths) if n <= seq_len]
     if len(keep) < len(lengths):
@@ -154,6 +155,10 @@ def build_datasets(data) -> tuple[datasets.Dataset, datasets.Dataset | None, int
             return selective_copy_dataset(n, data.seq_len, data.num_tokens, vocab_size=data.vocab_size, seed=seed)
         raise TypeError(f"unknown data config {type(data).__name__}")
 
-    train = make(data.num_train, data.seed)
-    held_out = make(data.num_eval, data.eval_seed) if data.num_eval > 0 else None
+    try:
+        train = make(data.num_train, data.seed)
+        held_out = make(data.num_eval, data.eval_seed) if data.num_eval > 0 else None
+    except MemoryError as err:  # numpy's _ArrayMemoryError included
+        raise ValueError(f"data: {data.num_train} + {data.num_eval} rows of seq_len={data.seq_len} do not fit in memory "
+                         f"({err}); lower data.num_train, data.num_eval or data.seq_len") from None
     return train, held_out, data.vocab_size

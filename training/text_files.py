@@ -3,7 +3,11 @@ GSM8K-style problem files) reads with.
 
 Files are read with ``datasets.load_dataset`` and local ``data_files`` only
 (no Hub access): ``.txt``/``.text``/``.md`` with the "text" builder,
-``.json``/``.jsonl`` with "json", ``.parquet`` with "parquet". The default
+``.json``/``.jsonl`` with "json", ``.parquet`` with "parquet". Its cache lives in a temporary folder
+removed after the read (the records are kept in memory), never in the user's home. Before that each
+file is checked (``check_data_file``): an empty, binary or non-UTF-8 file, or a malformed JSON record,
+is a ValueError naming the file and the line; ``text_values`` refuses a record whose text field is not
+a string, naming the record. The default
 tokenizer is byte-level (UTF-8 bytes 0..255 plus an end-of-document id 256);
 any local HF tokenizer folder works too. ``hf_tokenizer`` gives the transformers form of either
 (the byte tokenizer as a ``PreTrainedTokenizerFast`` with the same ids), which a run saves beside
@@ -11,6 +15,8 @@ its model (``save_tokenizer``) so that ``pipeline("text-generation", model=RUN/f
 """
 from __future__ import annotations
 
+import json
+import tempfile
 from pathlib import Path
 from typing import Literal, Protocol, Sequence
 
@@ -134,5 +140,74 @@ def load_text_files(
     if len(builders) > 1:
         raise ValueError(f"all data files must share one format, got builders {sorted(builders)}")
     builder = builders.pop()
+    for path in paths:
+        check_data_file(path, builder)
     kwargs = {"sample_by": sample_by} if builder == "text" else {}
-    return datasets.load_dataset(builder, data_files=[str(p) for p in paths], split="train", **kwargs)
+    with tempfile.TemporaryDirectory(prefix="assocmem-datasets-") as cache:  # nothing written to ~/.cache
+        try:
+            return datasets.load_dataset(builder, data_files=[str(p) for p in paths], split="train", cache_dir=cache,
+                                         keep_in_memory=True, **kwargs)
+        except (datasets.exceptions.DatasetGenerationError, OSError, ValueError) as err:
+            cause = err.__cause__ or err
+            raise ValueError(f"data files {[str(p) for p in paths]} cannot be read as {builder} "
+                             f"({type(cause).__name__}: {cause})") from None
+
+
+def check_data_file(path: Path, builder: str) -> None:
+    """Refuse a data file ``load_dataset`` would fail on deep inside: empty; for text and JSON, not UTF-8 text
+    (a binary file) or a JSON record that does not parse or is not an object. The error names the file and line."""
+    if path.stat().st_size == 0:
+        raise ValueError(f"{path} is empty; a data file needs at least one record")
+    if builder == "parquet":
+        return
+    lines = []
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            if b"\x00" in raw:
+                raise ValueError(f"{path}, line {n}: holds a NUL byte: a binary file, not UTF-8 text")
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise ValueError(f"{path}, line {n}: not UTF-8 text (byte {err.start + 1} of the line: {err.reason}); "
+                                 f"data files are UTF-8 text") from None
+            if builder == "json":
+                lines.append(line)
+    if builder == "json":
+        _check_json_records(path, lines)
+
+
+def _check_json_records(path: Path, lines: list[str]) -> None:
+    """A JSON document of records (a list of objects, or one object) or JSON Lines (one object per line)."""
+    try:
+        whole = json.loads("".join(lines))
+    except json.JSONDecodeError as err:
+        if sum(1 for line in lines if line.strip()) < 2:  # one line that is not JSON: not JSON Lines either
+            raise ValueError(f"{path}, line {err.lineno}, column {err.colno}: not valid JSON ({err.msg})") from None
+    else:
+        records = whole if isinstance(whole, list) else [whole]
+        bad = next((i for i, r in enumerate(records) if not isinstance(r, dict)), None)
+        if bad is not None:
+            raise ValueError(f"{path}: record {bad} is {type(records[bad]).__name__}, not a JSON object {{...}}")
+        if not records:
+            raise ValueError(f"{path} holds no record (an empty JSON list)")
+        return
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line.rstrip("\r\n"))
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}, line {n}, column {err.pos + 1}: not a JSON record ({err.msg})") from None
+        if not isinstance(record, dict):
+            raise ValueError(f"{path}, line {n}: a record must be a JSON object {{...}}, got {type(record).__name__}")
+
+
+def text_values(raw: datasets.Dataset, field: str) -> list[str]:
+    """The ``field`` column of the records, each checked to be text (a number or null names its record)."""
+    values = raw[field]
+    bad = next((i for i, v in enumerate(values) if not isinstance(v, str)), None)
+    if bad is not None:
+        raise ValueError(f"data record {bad} (0-based, the files in order): field {field!r} is "
+                         f"{type(values[bad]).__name__} {values[bad]!r:.60}, not text; every record's {field} must be "
+                         f"a string")
+    return values

@@ -15,7 +15,7 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Hashable, Sequence
 
-from ..text_files import encode_text, load_text_files
+from ..text_files import encode_text, load_text_files, text_values
 from .base import Problem
 
 _HASH_ANSWER = re.compile(r"####\s*(-?[$0-9.,]*[0-9])")
@@ -60,8 +60,9 @@ class TextAnswers:
         pad = getattr(tokenizer, "pad_token_id", None)
         self.pad_id = pad if pad is not None else (self.eos_id if self.eos_id is not None else 0)
         self.vocab_size = len(tokenizer)
+        prompts, answers = text_values(raw, prompt_field), text_values(raw, answer_field)
         self._problems = [self._problem(i, prompt_template.format(prompt=q), a)
-                          for i, (q, a) in enumerate(zip(raw[prompt_field], raw[answer_field]))]
+                          for i, (q, a) in enumerate(zip(prompts, answers))]
 
     def _problem(self, index: int, prompt: str, reference: str) -> Problem:
         answers = list(dict.fromkeys(extract_hash_answers(reference)))
