@@ -331,3 +331,14 @@ def load_distill_config_from(data: dict, tmp_path):
     path = tmp_path / "d.yaml"
     path.write_text(yaml.safe_dump(data))
     return load_distill_config(path)
+
+
+def test_a_distillation_moved_to_another_output_dir_goes_on(tmp_path):
+    import shutil
+
+    _, folder = llama(tmp_path)
+    cfg = _config(tmp_path, folder)
+    run_distill(cfg, stage=1)
+    shutil.move(tmp_path / "runs", tmp_path / "moved")
+    moved = DistillConfig.model_validate({**cfg.model_dump(mode="json"), "output_dir": str(tmp_path / "moved")})
+    assert run_distill(moved, stage=1)["stage1"]["replaced"] == [1]      # read back, not refused, not redone

@@ -212,11 +212,12 @@ def stage_status(folder: Path) -> str:
 
 
 def _record_config(cfg: DistillConfig, overwrite: bool) -> None:
-    """<root>/distill.yaml: the config of the stages in the folder; another config there is refused."""
+    """<root>/distill.yaml: the config of the stages in the folder; another config there is refused (output_dir
+    aside: a distillation moved to another folder goes on there, as a moved training run does)."""
     path = cfg.root / DISTILL_FILE
     if path.is_file() and not overwrite:
         old = distill_config_from_dict(read_yaml(path)).model_dump(mode="json")
-        changed = config_differences(old, cfg.model_dump(mode="json"))
+        changed = [k for k in config_differences(old, cfg.model_dump(mode="json")) if k != "output_dir"]  # moved
         if changed:
             raise ValueError(f"{cfg.root} holds a distillation with another config (changed: {changed}); choose "
                              f"another name, or --overwrite to redo the stages with this one")
