@@ -189,7 +189,7 @@ def context_limits(model) -> list[ContextLimit]:
         spectral = [s.layer.sca.maxlen for s in config.hybrid_config.mixer_specs()
                     if s.memory.kind == "spectral"]
         if spectral:
-            limits.append(ContextLimit(min(spectral), True, f"SCA layers are defined up to sca_maxlen={min(spectral)} "
+            limits.append(ContextLimit(min(spectral), True, f"SCA layers are defined up to sca.maxlen={min(spectral)} "
                                        f"tokens (d(t) = max(maxlen − 1 − t, 0))"))
     elif getattr(config, "max_position_embeddings", None):
         limits.append(ContextLimit(int(config.max_position_embeddings), False,

@@ -109,8 +109,8 @@ def test_a_transformers_llama_runs_unchanged_and_long_lengths_are_flagged(tmp_pa
 
 def test_sca_refuses_lengths_beyond_its_maxlen():
     sca = build_model(HybridConfig(d_model=32, vocab_size=TASK.vocab_size, layers="sca,attn", num_heads=2,
-                                   overrides={"sca": {"sca_maxlen": 48}}))
-    with pytest.raises(ValueError, match="context 64 needs 64 tokens: SCA layers are defined up to sca_maxlen=48"):
+                                   overrides={"sca": {"sca": {"maxlen": 48}}}))
+    with pytest.raises(ValueError, match="context 64 needs 64 tokens: SCA layers are defined up to sca.maxlen=48"):
         niah_grid(sca, TASK, lengths=LENGTHS, depths=DEPTHS, trials=2)
 
 
