@@ -15,7 +15,7 @@ Two haystacks share one protocol (``case(rng, length=, depth=) -> Problem``):
     five-letter key, a random four-digit value), tokenized with the model's tokenizer.
 A case is right when greedy decoding reproduces every answer token, checked teacher-forced in one
 forward: the arg-max at each answer position equals the answer token. Lengths beyond a model's
-hard limit (SCA's sca_maxlen) are refused before anything runs; lengths beyond a soft limit
+hard limit (SCA's sca.maxlen) are refused before anything runs; lengths beyond a soft limit
 (a transformers config's max_position_embeddings) are run and flagged.
 """
 from __future__ import annotations

@@ -122,7 +122,7 @@ def test_context_limits():
                                    overrides={"sca": {"sca": {"maxlen": 64}}}))
     assert [(lim.tokens, lim.hard) for lim in context_limits(sca)] == [(64, True)]
     assert check_context(sca, 64, "the prompt") == []
-    with pytest.raises(ValueError, match="the prompt needs 65 tokens: SCA layers are defined up to sca_maxlen=64"):
+    with pytest.raises(ValueError, match="the prompt needs 65 tokens: SCA layers are defined up to sca.maxlen=64"):
         check_context(sca, 65, "the prompt")
     llama = _llama()
     assert check_context(llama, 40, "context 40") == [
