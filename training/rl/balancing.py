@@ -61,7 +61,8 @@ def split_gradients(parts: Sequence[torch.Tensor], params: Sequence[torch.Tensor
 @dataclass(frozen=True)
 class Balanced:
     """g (flat) and what the rule saw: g⁺ and g⁻ summed over the round, their norms, and the scale of g⁻
-    (``batch``: s; ``prompt``: ‖Σ_x s_x g⁻_x‖ / (‖Σ_x g⁻_x‖ + ε), the factor the round's g⁻ was scaled by)."""
+    (``batch``: s; ``prompt``: ‖Σ_x s_x g⁻_x‖ / ‖Σ_x g⁻_x‖, the factor the round's g⁻ was scaled by, 0
+    when it has none)."""
 
     gradient: torch.Tensor
     positive: torch.Tensor
@@ -106,10 +107,10 @@ def balance_per_prompt(positives: Sequence[torch.Tensor], negatives: Sequence[to
         neg_scaled += _scale(g_pos, g_neg, eps=eps, cap=cap) * g_neg
     g_kl = flat_gradient(kl, params, retain_graph=False)
     pos_sum, neg_sum, neg_scaled, g_kl = reduce(torch.cat([pos_sum, neg_sum, neg_scaled, g_kl])).split(size)
-    norm_neg = torch.linalg.vector_norm(neg_sum)
+    norm_neg = float(torch.linalg.vector_norm(neg_sum))
     return Balanced(gradient=pos_sum + neg_scaled + g_kl, positive=pos_sum, negative=neg_sum,
-                    norm_positive=float(torch.linalg.vector_norm(pos_sum)), norm_negative=float(norm_neg),
-                    scale=float(torch.linalg.vector_norm(neg_scaled) / (norm_neg + eps)))
+                    norm_positive=float(torch.linalg.vector_norm(pos_sum)), norm_negative=norm_neg,
+                    scale=float(torch.linalg.vector_norm(neg_scaled)) / norm_neg if norm_neg > 0 else 0.0)
 
 
 def assign_gradient(params: Sequence[torch.Tensor], flat: torch.Tensor) -> None:
