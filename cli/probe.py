@@ -60,6 +60,9 @@ def _graph_parser(sub) -> argparse.ArgumentParser:
     g.add_argument("--pca-window", type=positive_int, default=None, help="window of the PCA class means (default W)")
     g.add_argument("--pca-contexts", type=positive_int, nargs="+", default=None, help="context lengths of PCA panels")
     g.add_argument("--batch-size", type=positive_int, default=4, help="walks per forward (default 4)")
+    g.add_argument("--energy", choices=["park", "normalised"], default="park",
+                   help="Dirichlet energy of the curves: park = Σ A_ij ‖x_i − x_j‖² as Park et al. define it "
+                        "(default), normalised = ÷ 2d‖X‖²_F (probes/energy.py); the energy ratio is the same for both")
     g.set_defaults(run=f"{__name__}:graph_tracing")
     return g
 
@@ -83,7 +86,7 @@ def _graph_tracing(args) -> Path:
         graph = make_graph(kind)
         res = trace_graph(model, graph, num_walks=args.walks, walk_length=args.length, window=args.window,
                           pca_window=args.pca_window, pca_contexts=args.pca_contexts, batch_size=args.batch_size,
-                          seed=args.seed)
+                          seed=args.seed, energy=args.energy)
         save_graph_tracing_figures(res, graph, out, name=f"graph_tracing_{kind}", title=f"{args.model} — {kind}")
         report["graphs"][kind] = res.to_json()
     io.write_json(out, "graph_tracing", report)
@@ -267,6 +270,10 @@ def _sounding_parser(sub) -> argparse.ArgumentParser:
     s.add_argument("--axis", type=int, default=0, help="the axis of each parameter to sound (default 0: rows)")
     s.add_argument("--length", type=positive_int, default=None, help="sound the first N indices of the axis only")
     s.add_argument("--top-k", type=positive_int, default=16, help="K of ρ (default 16, the paper's GPT-2 setting)")
+    s.add_argument("--fourier-power", choices=["power_of_sum", "sum_of_powers"], default="power_of_sum",
+                   help="P(k) of eq. 5: power_of_sum = |rfft(gradient summed over the other axes)[k]|² (default; "
+                        "seed 003 §4.1: 'G is summed over the embedding dimension'), sum_of_powers = each column's "
+                        "|rfft|² summed (training/fourier.py)")
     s.add_argument("--data", help="YAML file holding a `data:` section (or the section itself)")
     s.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a data field, e.g. --set data.p=97 (repeatable)")

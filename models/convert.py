@@ -78,7 +78,8 @@ def replace_fraction(fraction: float, num_layers: int) -> list[int]:
 
     k ≤ n/2: the replaced layers are evenly spaced ending at the last layer, n−1 − round(j·n/k) for j < k;
     k > n/2: the n−k kept attention layers are evenly spaced starting at layer 0, round(i·n/(n−k)).
-    At n = 16 this gives Table 3.3's rows 25, 50, 75 and 87_5 (tests/models/test_convert_presets.py);
+    At n = 16 this gives Table 3.3's rows 25, 50, 75 and 87_5
+    (tests/models/test_convert.py::test_replace_fraction_gives_the_rows_of_table_3_3);
     fraction 1 replaces every layer (the table's "100" keeps layer 0: use ``table_3_3("100", 16)``).
     """
     if not 0.0 <= fraction <= 1.0:

@@ -1,18 +1,25 @@
 """Graph-alignment measures for node representations (Park et al. 2025).
 
 X ∈ R^{N×d} holds one representation per graph node (row i ↔ node i), A ∈ {0,1}^{N×N}
-is the graph's adjacency.
+is the graph's adjacency. Two Dirichlet energies (``energy``, one table: ``ENERGIES``):
 
-    normalized Dirichlet energy     X̂ = X / ‖X‖_F,     E(X) = ½ Σ_ij A_ij · mean_d (X̂_i − X̂_j)²
+    park (default)   E(X) = Σ_ij A_ij ‖x_i − x_j‖²                              Park et al.'s definition
+    normalised       E(X) = ½ Σ_ij A_ij · mean_d (X̂_i − X̂_j)²,  X̂ = X / ‖X‖_F     = park / (2 d ‖X‖²_F)
 
-E is small when neighbours sit close together relative to the overall scale of X.
-Because of the mean over d, E of random vectors shrinks like 1/d; to compare
-models of different widths we also report the energy ratio
+``park`` is the quantity Park et al. define and plot: it does not change when one vector is added
+to every node, and it scales with ‖X‖². ``normalised`` divides it by 2 d ‖X‖²_F so that models of
+different widths and scales share an axis; without centring, that divisor grows with a shift
+shared by all nodes, so a translated copy of the same configuration scores lower (the 4×4 grid's
+drawing positions: 0.107; shifted by (10, 10): 0.0036, with the geometry and ``park`` = 48 unchanged).
+
+Both are compared with a random relabelling by the energy ratio
 
     ρ(X) = E(X) / E_π[E(X_π)]     (expectation over uniformly random relabellings π of the nodes)
-         = E(X) / (|edges| · mean_{i≠j} mean_d (X̂_i − X̂_j)²)
+         = Σ_ij A_ij D_ij / (2 |edges| · mean_{i≠j} D_ij),    D_ij = ‖x_i − x_j‖²
 
-which is 1 for representations unrelated to the graph and < 1 when they follow it.
+which is 1 for representations unrelated to the graph and < 1 when they follow it. The two
+energies differ by a factor common to X and X_π, so ρ is the same for both, and it is invariant
+to the scale of X, to a shift of every node and (for random X) to the width d.
 
 The random-vector control (Arditi 2026): random node vectors after one
 round of neighbour mixing already look graph-shaped under PCA, so a probe report
@@ -20,7 +27,7 @@ shows this baseline beside the model.
 """
 from __future__ import annotations
 
-from typing import Literal
+from typing import Callable, Literal
 
 import networkx as nx
 import numpy as np
@@ -48,41 +55,55 @@ def _check(X: np.ndarray, A: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _pair_sq(X: np.ndarray) -> np.ndarray:
-    """D[i, j] = mean_d (X̂_i − X̂_j)² with X̂ = X/‖X‖_F.   X: [N, d] -> [N, N]."""
+    """D[i, j] = ‖x_i − x_j‖².   X: [N, d] -> [N, N]."""
+    sq = (X * X).sum(1)
+    return np.maximum(sq[:, None] + sq[None, :] - 2.0 * X @ X.T, 0.0)
+
+
+def _park(X: np.ndarray, A: np.ndarray) -> float:
+    return float((A * _pair_sq(X)).sum())
+
+
+def _normalised(X: np.ndarray, A: np.ndarray) -> float:
     norm = np.linalg.norm(X)
     if norm == 0.0:
-        raise ValueError("X: all-zero representations have no normalized energy")
-    Xh = X / norm
-    sq = (Xh * Xh).sum(1)
-    D = (sq[:, None] + sq[None, :] - 2.0 * Xh @ Xh.T) / X.shape[1]  # (N, N)
-    return np.maximum(D, 0.0)
+        raise ValueError("X: all-zero representations have no normalised energy")
+    return _park(X, A) / (2.0 * X.shape[1] * norm ** 2)
 
 
-def dirichlet_energy(X: np.ndarray, A: np.ndarray) -> float:
-    """Normalized Dirichlet energy E = ½ Σ_ij A_ij · mean_d (X̂_i − X̂_j)², X̂ = X/‖X‖_F.
+Energy = Literal["park", "normalised"]
+# energy -> E(X, A)  (module docstring)
+ENERGIES: dict[str, Callable[[np.ndarray, np.ndarray], float]] = {"park": _park, "normalised": _normalised}
+ENERGY_LABELS = {"park": "Dirichlet energy Σ A_ij ‖x_i − x_j‖² (Park et al.)",
+                 "normalised": "normalised Dirichlet energy (÷ 2d‖X‖²_F)"}
 
-    X: [N, d] node representations; A: [N, N] symmetric adjacency.
+
+def dirichlet_energy(X: np.ndarray, A: np.ndarray, energy: Energy = "park") -> float:
+    """The Dirichlet energy of node representations X [N, d] on the symmetric adjacency A [N, N].
+
+    park: Σ_ij A_ij ‖x_i − x_j‖² (Park et al. 2025); normalised: that ÷ 2 d ‖X‖²_F (module docstring).
     """
+    if energy not in ENERGIES:
+        raise ValueError(f"energy: got {energy!r}, allowed {' or '.join(map(repr, ENERGIES))}")
     X, A = _check(X, A)
-    return float(0.5 * (A * _pair_sq(X)).sum())
+    return ENERGIES[energy](X, A)
 
 
 def energy_ratio(X: np.ndarray, A: np.ndarray) -> float:
     """E(X) divided by its expectation under a uniformly random relabelling of the nodes.
 
-    1 = unrelated to the graph; 0 = neighbours identical. Invariant to the scale of X
-    and (for random X) to the width d.
+    1 = unrelated to the graph; 0 = neighbours identical. The same for both energies; invariant
+    to the scale of X, a shift of every node, and (for random X) the width d.
     """
     X, A = _check(X, A)
     N = X.shape[0]
     if N < 2:
         raise ValueError(f"X: need at least 2 nodes, got {N}")
     D = _pair_sq(X)
-    num_edges = 0.5 * A.sum()
-    expected = num_edges * D.sum() / (N * (N - 1))  # diagonal of D is 0
+    expected = A.sum() * D.sum() / (N * (N - 1))  # diagonal of D is 0
     if expected == 0.0:
         raise ValueError("X: all node representations are identical")
-    return float(0.5 * (A * D).sum() / expected)
+    return float((A * D).sum() / expected)
 
 
 def neighbour_mixing_control(

@@ -10,8 +10,9 @@ context length c (the number of tokens read):
    index 0 is the embeddings; assocmem models return the last entry before the final
    norm, transformers models mostly after it), the class mean of each node's token over the
    trailing window of positions [c − W, c) pooled across a batch of walks:
-   H^ℓ(c) ∈ R^{N×d}. Its normalized Dirichlet energy (probes/energy.py) and
-   energy ratio, and at chosen c its PCA (PC1–PC2) drawn with the graph's edges.
+   H^ℓ(c) ∈ R^{N×d}. Its Dirichlet energy (probes/energy.py; ``energy``: park = Park et
+   al.'s Σ A_ij ‖x_i − x_j‖², the default, or normalised = ÷ 2d‖X‖²_F) and energy ratio
+   (the same for both), and at chosen c its PCA (PC1–PC2) drawn with the graph's edges.
 2. Accuracy: at each position, the probability mass the next-token distribution
    puts on the valid neighbours of the current node, (a) with the softmax
    restricted to the N graph tokens and (b) over the full vocabulary; averaged
@@ -34,7 +35,8 @@ import torch
 
 from assocmem.training.graphs import random_walk
 
-from .energy import adjacency, dirichlet_energy, energy_ratio, neighbour_mixing_control, pca_2d
+from .energy import (ENERGIES, ENERGY_LABELS, Energy, adjacency, dirichlet_energy, energy_ratio,
+                     neighbour_mixing_control, pca_2d)
 from .io import check_length
 from .plotting import CurvePanel, PCAPanel, save_curve_panels, save_pca_panels
 
@@ -43,7 +45,8 @@ from .plotting import CurvePanel, PCAPanel, save_curve_panels, save_pca_panels
 class GraphTracingResult:
     """Everything the probe measured; ``to_json()`` gives plain lists.
 
-    energy, energy_ratio: [L+1, C] per layer (row 0 = embeddings) and context length.
+    energy, energy_ratio: [L+1, C] per layer (row 0 = embeddings) and context length; ``energy_definition``
+    names the energy (probes/energy.py ``ENERGIES``).
     accuracy, accuracy_full: [C] neighbour mass (softmax over graph tokens / full vocabulary).
     pca[(layer, c)]: coords [N, 2] (NaN rows = node absent in the window).
     """
@@ -63,6 +66,7 @@ class GraphTracingResult:
     pca_explained: dict[tuple[int, int], list[float]]
     control: dict = field(default_factory=dict)
     nodes_present: list[int] = field(default_factory=list)  # [C] nodes seen in each energy window
+    energy_definition: str = "park"
 
     @property
     def num_layers(self) -> int:
@@ -75,6 +79,7 @@ class GraphTracingResult:
         return {
             "graph": self.graph_kind, "num_nodes": self.num_nodes, "node_tokens": self.node_tokens,
             "context_lengths": self.context_lengths, "window": self.window, "pca_window": self.pca_window,
+            "energy_definition": self.energy_definition,
             "energy": nan_to_none(self.energy), "energy_ratio": nan_to_none(self.energy_ratio),
             "accuracy": nan_to_none(self.accuracy)[0], "accuracy_full": nan_to_none(self.accuracy_full)[0],
             "chance": self.chance, "nodes_present": self.nodes_present,
@@ -169,7 +174,7 @@ def _run_model(model, walks: np.ndarray, tokens: torch.Tensor, A: np.ndarray, ac
     return np.concatenate(restricted), np.concatenate(full)
 
 
-def _energies(means: list[np.ndarray], A: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _energies(means: list[np.ndarray], A: np.ndarray, energy: Energy) -> tuple[np.ndarray, np.ndarray]:
     """means: per layer (C, N, d) -> energy, ratio (L+1, C) over the nodes present in each window."""
     E = np.full((len(means), means[0].shape[0]), np.nan)
     R = np.full_like(E, np.nan)
@@ -178,7 +183,7 @@ def _energies(means: list[np.ndarray], A: np.ndarray) -> tuple[np.ndarray, np.nd
             X = means[layer][ci]
             ok = np.isfinite(X).all(1)
             if ok.sum() >= 2 and np.linalg.norm(X[ok]) > 0:
-                E[layer, ci] = dirichlet_energy(X[ok], A[np.ix_(ok, ok)])
+                E[layer, ci] = dirichlet_energy(X[ok], A[np.ix_(ok, ok)], energy)
                 R[layer, ci] = energy_ratio(X[ok], A[np.ix_(ok, ok)])
     return E, R
 
@@ -197,15 +202,15 @@ def _pca_all(means: list[np.ndarray], contexts: list[int]) -> tuple[dict, dict]:
     return coords, explained
 
 
-def control_baseline(A: np.ndarray, dim: int, *, seed: int) -> dict:
+def control_baseline(A: np.ndarray, dim: int, *, seed: int, energy: Energy = "park") -> dict:
     """Energy, energy ratio and PCA of random vectors before and after one neighbour-mixing round."""
     rand = np.random.default_rng(seed).standard_normal((A.shape[0], dim))
     mixed = neighbour_mixing_control(A, dim, seed=seed, mode="sum")
     coords, explained = pca_2d(mixed)
     return {
         "dim": dim, "mixing": "X + A X",
-        "random_energy": dirichlet_energy(rand, A), "random_energy_ratio": energy_ratio(rand, A),
-        "mixed_energy": dirichlet_energy(mixed, A), "mixed_energy_ratio": energy_ratio(mixed, A),
+        "random_energy": dirichlet_energy(rand, A, energy), "random_energy_ratio": energy_ratio(rand, A),
+        "mixed_energy": dirichlet_energy(mixed, A, energy), "mixed_energy_ratio": energy_ratio(mixed, A),
         "mixed_pca": coords, "mixed_pca_explained": explained,
     }
 
@@ -223,6 +228,7 @@ def trace_graph(
     pca_contexts: list[int] | None = None,
     batch_size: int = 4,
     seed: int = 0,
+    energy: Energy = "park",
 ) -> GraphTracingResult:
     """Run the in-context graph-tracing probe on ``model`` (see the module docstring).
 
@@ -235,8 +241,11 @@ def trace_graph(
         pca_window: window for the PCA class means (default: ``window``).
         context_lengths: c values for the curves (default log-spaced 4..walk_length).
         pca_contexts: c values at which PCA is taken for every layer (default: walk_length).
+        energy: park (Σ A_ij ‖x_i − x_j‖², Park et al.) or normalised (÷ 2d‖X‖²_F); probes/energy.py.
     """
     check_length(model, walk_length, "walk_length")
+    if energy not in ENERGIES:
+        raise ValueError(f"energy: got {energy!r}, allowed {' or '.join(map(repr, ENERGIES))}")
     n = graph.number_of_nodes()
     A = adjacency(graph)
     if node_tokens is None:
@@ -260,15 +269,15 @@ def trace_graph(
         restricted, full = _run_model(model, walks, tokens, A, [curve_acc, pca_acc], batch_size)
     finally:
         model.train(was_training)
-    energy, ratio = _energies(curve_acc.means(), A)
+    energies, ratio = _energies(curve_acc.means(), A, energy)
     coords, explained = _pca_all(pca_acc.means(), pca_contexts)
     return GraphTracingResult(
         graph_kind=graph.graph.get("kind", "custom"), num_nodes=n, node_tokens=list(node_tokens),
-        context_lengths=contexts, window=window, pca_window=pca_window, energy=energy, energy_ratio=ratio,
+        context_lengths=contexts, window=window, pca_window=pca_window, energy=energies, energy_ratio=ratio,
         accuracy=_window_mean(restricted, contexts, window), accuracy_full=_window_mean(full, contexts, window),
         chance=float(A.sum(1)[walks].mean() / n), pca=coords, pca_explained=explained,
-        control=control_baseline(A, pca_acc.sums[-1].shape[-1], seed=seed),
-        nodes_present=[int(x) for x in (curve_acc.counts > 0).sum(1)],
+        control=control_baseline(A, pca_acc.sums[-1].shape[-1], seed=seed, energy=energy),
+        nodes_present=[int(x) for x in (curve_acc.counts > 0).sum(1)], energy_definition=energy,
     )
 
 
@@ -285,8 +294,8 @@ def save_graph_tracing_figures(result: GraphTracingResult, graph: nx.Graph, out_
     cs = result.context_lengths
     per_layer = lambda a: {f"layer {l}": (cs, list(a[l])) for l in range(result.num_layers)}  # noqa: E731
     panels = [
-        CurvePanel("normalized Dirichlet energy", "context length", "E", per_layer(result.energy), logy=True,
-                   hline=result.control["mixed_energy"], hline_label="control X+AX"),
+        CurvePanel(ENERGY_LABELS[result.energy_definition], "context length", "E", per_layer(result.energy),
+                   logy=True, hline=result.control["mixed_energy"], hline_label="control X+AX"),
         CurvePanel("energy ratio E / E[shuffled]", "context length", "ratio", per_layer(result.energy_ratio),
                    hline=result.control["mixed_energy_ratio"], hline_label="control X+AX"),
         CurvePanel("neighbour accuracy", "context length", "mass on neighbours",

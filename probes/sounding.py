@@ -3,14 +3,20 @@
 For a parameter W and an axis d of length n (or its first n indices),
 
     Ḡ      = E_x[∇_W L]                         the gradient of the mean loss over the data
-    P(k)   = Σ_other dims |rfft(Ḡ, dim=d)[k]|²   k = 0 … ⌊n/2⌋                          (eq. 5)
+    P(k)   = |rfft(Ḡ, dim=d)[k]|²               k = 0 … ⌊n/2⌋                          (eq. 5)
     ρ      = Σ_{k ∈ top-K} P(k) / Σ_k P(k)                                            (eq. 5)
+
+Eq. 5 does not say how the other axes of Ḡ enter P(k); ``fourier_power`` picks the reading
+(training/fourier.py): power_of_sum (default) sums Ḡ over them first, as seed 003 §4.1 says "G is
+summed over the embedding dimension"; sum_of_powers adds each column's power.
 
 ρ = 1 when Ḡ is one cosine along the axis. For a flat (white-noise) spectrum the K largest of
 N = ⌊n/2⌋ + 1 bins hold Σ_{i≤K} (H_N − H_{i−1}) / N of the power on average (``rho_flat``,
 order statistics of exponentials): 0.23 for K = 16 of 257 bins, the paper's setting for GPT-2,
-not K/N = 0.06. The report gives both, so a ρ can be read against what a structureless gradient
-scores. The paper's prescription: apply FGP only where ρ > 0.6.
+not K/N = 0.06. That is the flat ρ of one signal (power_of_sum); under sum_of_powers a flat
+gradient over many columns scores less, toward K/N. The report gives ρ and rho_flat, so a ρ can
+be read against what a structureless gradient scores. The paper's prescription: apply FGP only
+where ρ > 0.6.
 
 Works on any HF causal LM (assocmem's or a transformers model): the loss is the next-token
 cross-entropy on supervised positions, in eval mode (no dropout).
@@ -25,7 +31,8 @@ import torch
 from torch import nn
 
 from assocmem.training.config_files import read_yaml
-from assocmem.training.fourier import flat_spectrum_regularity, mode_power, num_bins, regularity, top_modes
+from assocmem.training.fourier import (FourierPower, flat_spectrum_regularity, mode_power, num_bins, regularity,
+                                      top_modes)
 from assocmem.training.metrics import batch_tensors
 from assocmem.training.objective import CausalLMObjective
 
@@ -39,6 +46,7 @@ class Sounding:
     axis: int
     length: int
     top_k: int
+    fourier_power: str     # how P(k) reads eq. 5 (training/fourier.py FOURIER_POWERS)
     rho: float             # eq. 5
     rho_flat: float        # the expected ρ of a white-noise gradient with as many bins
     top_modes: list[int]   # the K strongest bins (0 = the mean over the axis)
@@ -90,7 +98,8 @@ def mean_gradient(model: nn.Module, data: datasets.Dataset, *, batch_size: int,
     return grads
 
 
-def sound(name: str, grad: torch.Tensor, *, axis: int, length: int | None, top_k: int) -> Sounding:
+def sound(name: str, grad: torch.Tensor, *, axis: int, length: int | None, top_k: int,
+          fourier_power: FourierPower = "power_of_sum") -> Sounding:
     """ρ, the top modes and the spectrum of one mean gradient along ``axis`` (first ``length`` indices)."""
     size = grad.shape[axis]
     n = size if length is None else length
@@ -98,15 +107,17 @@ def sound(name: str, grad: torch.Tensor, *, axis: int, length: int | None, top_k
         raise ValueError(f"{name}: --length {n} must lie in [2, {size}] (axis {axis} of shape {tuple(grad.shape)})")
     if not 1 <= top_k <= num_bins(n):
         raise ValueError(f"{name}: --top-k {top_k} must lie in [1, {num_bins(n)}] (the rfft bins of length {n})")
-    power = mode_power(grad, axis=axis, n=n)
+    power = mode_power(grad, axis=axis, n=n, power=fourier_power)
     return Sounding(param=name, shape=list(grad.shape), axis=axis % grad.dim(), length=n, top_k=top_k,
+                    fourier_power=fourier_power,
                     rho=regularity(power, top_k), rho_flat=flat_spectrum_regularity(num_bins(n), top_k),
                     top_modes=top_modes(power, top_k, skip_dc=False), dominant_mode=top_modes(power, 1, skip_dc=True)[0],
                     power=[float(v) for v in power])
 
 
 def sounding_hammer(model: nn.Module, data: datasets.Dataset, *, params: list[str], axis: int = 0,
-                    length: int | None = None, top_k: int = 16, batch_size: int = 16) -> list[Sounding]:
+                    length: int | None = None, top_k: int = 16, batch_size: int = 16,
+                    fourier_power: FourierPower = "power_of_sum") -> list[Sounding]:
     """Sound every selected parameter (globs) of ``model`` on ``data`` (see the module docstring).
 
     Parameters whose ``axis`` does not exist or is shorter than 2 (biases, gains along axis 1) are
@@ -121,7 +132,7 @@ def sounding_hammer(model: nn.Module, data: datasets.Dataset, *, params: list[st
     if not fits:
         raise ValueError(f"no selected parameter has an axis {axis} of length >= {max(2, length or 2)}")
     grads = mean_gradient(model, data, batch_size=batch_size, params=fits)
-    return [sound(n, g, axis=axis, length=length, top_k=top_k) for n, g in grads.items()]
+    return [sound(n, g, axis=axis, length=length, top_k=top_k, fourier_power=fourier_power) for n, g in grads.items()]
 
 
 # ---------------------------------------------------------------- command line (cli/probe.py)
@@ -189,9 +200,9 @@ def run_sounding(args):
     out = prepare_out(args.out, args.overwrite)
     torch.manual_seed(args.seed)
     results = sounding_hammer(model, data, params=args.params, axis=args.axis, length=args.length,
-                              top_k=args.top_k, batch_size=args.batch_size)
+                              top_k=args.top_k, batch_size=args.batch_size, fourier_power=args.fourier_power)
     report = {**info, "data": data_cfg.model_dump(mode="json"), "split": args.split, "sequences": len(data),
-              "axis": args.axis, "top_k": args.top_k, "threshold": args.threshold,
+              "axis": args.axis, "top_k": args.top_k, "fourier_power": args.fourier_power, "threshold": args.threshold,
               "steer": [r.param for r in results if r.rho > args.threshold],
               "soundings": [r.to_json() for r in results]}
     write_json(out, "sounding", report)

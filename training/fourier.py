@@ -4,8 +4,19 @@ Seed 003 (Spectral Alignment) works with the real DFT of a weight gradient G alo
 length n (the token axis of an embedding, the position axis of a position embedding):
 
     Ĝ[k] = rfft(G, dim=axis)[k],  k = 0 … ⌊n/2⌋                              (rfft bins)
-    P(k) = Σ_other dims |Ĝ[k]|²                                              (eq. 5, the power)
     G ← irfft(Ĝ ⊙ 1[k ∈ S], n, dim=axis)                                     (eq. 4, FGP)
+    P(k) = |rfft(G, dim=axis)[k]|²                                           (eq. 5, the power)
+
+Eq. 5 leaves the other dimensions of G (the embedding columns e) unsaid; the seed says once, under
+eq. 4: "M_S[k] = 1[k ∈ S] is a binary frequency mask and G is summed over the embedding dimension."
+``mode_power`` takes either reading (``FOURIER_POWERS``):
+
+    power_of_sum (default)   P(k) = |Σ_e Ĝ[k, e]|² = |rfft(Σ_e G[:, e])[k]|²    (G summed over e, then the power)
+    sum_of_powers            P(k) = Σ_e |Ĝ[k, e]|²                             (each column's power, summed)
+
+They differ whenever the columns' spectra do not share a phase: columns that cancel in the sum
+keep their power under sum_of_powers. The power picks the modes of adaptive FGP (§4.3) and gives
+the sounding's ρ (§4.4); the projection of eq. 4 applies one mask to every column either way.
 
 For real G, eq. 4 is the orthogonal projection onto span{cos(2πkt/n), sin(2πkt/n) : k ∈ S}
 (bin 0 is the constant, and for even n the Nyquist bin n/2 holds the cosine only). It is
@@ -17,6 +28,8 @@ with p number tokens and an "=" token is transformed over the p number rows and 
 is left as it is.
 """
 from __future__ import annotations
+
+from typing import Literal
 
 import torch
 
@@ -77,12 +90,22 @@ def project_modes(x: torch.Tensor, modes, *, axis: int = 0, n: int | None = None
     return out
 
 
-def mode_power(x: torch.Tensor, *, axis: int = 0, n: int | None = None) -> torch.Tensor:
-    """Eq. 5's P(k) = Σ_other dims |rfft(x, dim=axis)[k]|² over the first n indices: [⌊n/2⌋ + 1] float64."""
+FourierPower = Literal["power_of_sum", "sum_of_powers"]
+FOURIER_POWERS = ("power_of_sum", "sum_of_powers")
+
+
+def mode_power(x: torch.Tensor, *, axis: int = 0, n: int | None = None,
+               power: FourierPower = "power_of_sum") -> torch.Tensor:
+    """Eq. 5's P(k) over the first n indices of ``axis``: [⌊n/2⌋ + 1] float64 (module docstring: ``power``
+    = power_of_sum: |Σ_other dims rfft(x)[k]|²; sum_of_powers: Σ_other dims |rfft(x)[k]|²)."""
+    if power not in FOURIER_POWERS:
+        raise ValueError(f"fourier_power: got {power!r}, allowed {' or '.join(FOURIER_POWERS)}")
     axis, n = _span(x, axis, n)
-    spec = torch.fft.rfft(x.narrow(axis, 0, n).double(), dim=axis)  # [.., bins, ..]
-    power = spec.abs().pow(2).movedim(axis, 0)                      # [bins, ...]
-    return power.reshape(power.shape[0], -1).sum(1)
+    spec = torch.fft.rfft(x.narrow(axis, 0, n).double(), dim=axis).movedim(axis, 0)  # [bins, ...]
+    spec = spec.reshape(spec.shape[0], -1)                                          # [bins, other]
+    if power == "power_of_sum":
+        return spec.sum(1).abs().pow(2)
+    return spec.abs().pow(2).sum(1)
 
 
 def top_modes(power: torch.Tensor, k: int, *, skip_dc: bool) -> list[int]:
@@ -112,6 +135,8 @@ def flat_spectrum_regularity(bins: int, k: int) -> float:
 
     Each bin's power is then ≈ exponential with one mean; the i-th largest of N has mean
     H_N − H_{i−1} (order statistics), so E[Σ top-k] / E[Σ all] = Σ_{i=1..k} (H_N − H_{i−1}) / N.
+    That is the power of one signal (``power_of_sum``); summing the powers of m independent white
+    columns (``sum_of_powers``) evens the bins out, and its flat ρ falls from this value toward k / N.
     """
     if not 1 <= k <= bins:
         raise ValueError(f"k must lie in [1, {bins}], got {k}")

@@ -9,7 +9,8 @@ after the backward pass and the DDP all-reduce, before clipping and the optimize
     kind           G ← …                                                     state (in checkpoints)
     fgp            irfft(rfft(G, dim=axis) ⊙ 1[k ∈ S], n)  (seed 003 eq. 4)   —
     pfft           fgp with S a prescription of seed 003 Table 1             —
-    fgp_adaptive   fgp with S = the top-K modes of P(k) this step (§4.3)     —
+    fgp_adaptive   fgp with S = the top-K modes of P(k) this step (§4.3;     —
+                   fourier_power: how P(k) reads eq. 5, training/fourier.py)
     grokfast_ema   μ ← α μ + (1 − α) G;  G ← G + λ μ  (Lee et al. 2024)       μ per parameter
 
 The transforms run in the listed order. They read gradients that every process holds
@@ -25,7 +26,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
-from .fourier import check_modes, mode_power, project_modes, top_modes
+from .fourier import FourierPower, check_modes, mode_power, project_modes, top_modes
 
 # Seed 003, Table 1 (p = 97) and Table 2 (p = 113): the fixed prescriptions S of PFFT.
 # ``no_low`` is every mode k ≥ 4 up to ⌊n/2⌋, so it depends on the transformed length n.
@@ -85,6 +86,9 @@ class AdaptiveFGPConfig(_OnAxis):
     top_k: int = Field(5, gt=0, description="K: modes kept each step")
     skip_dc: bool = Field(True, description="choose among the modes k = 1..⌊n/2⌋ (eq. 1's K ⊂ {1..p/2}); "
                           "false also lets bin 0 (the mean over the axis) be chosen")
+    fourier_power: FourierPower = Field(
+        "power_of_sum", description="P(k) of eq. 5: power_of_sum = |rfft(G summed over the other axes)[k]|² (seed 003 "
+        "§4.1: 'G is summed over the embedding dimension'); sum_of_powers = Σ over the other axes of |rfft(G)[k]|²")
 
 
 class GrokfastEMAConfig(_Strict):
@@ -134,7 +138,7 @@ class FourierProjection:
         """S for this step: the fixed set, or the top-K modes of this gradient."""
         if self.modes is not None:
             return self.modes
-        power = mode_power(grad, axis=self.cfg.axis, n=self.n)
+        power = mode_power(grad, axis=self.cfg.axis, n=self.n, power=self.cfg.fourier_power)
         return top_modes(power, self.cfg.top_k, skip_dc=self.cfg.skip_dc)
 
     @torch.no_grad()

@@ -242,7 +242,7 @@ class Trainer:
         its first micro-batch whose loss is not finite (None if all are).
         """
         info = self.info
-        local_n = sum(int((labels[:, 1:] != -100).sum()) for _, labels, _ in batches)
+        local_n = sum(int(self.objective.scored(labels).sum()) for _, labels, _ in batches)
         n_global = float(all_reduce_sum(torch.tensor([local_n], dtype=torch.float64)).item())
         scale = info.world_size / max(n_global, 1.0)
         sums = torch.zeros(3, dtype=torch.float64)  # loss sum, supervised count, correct

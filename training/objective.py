@@ -44,11 +44,16 @@ class CausalLMObjective(nn.Module):
                              f"{type(model).__name__} has not; use logits='all'")
         self.model, self.logits = model, logits
 
+    def scored(self, labels: torch.Tensor) -> torch.Tensor:
+        """bool [B, T-1]: the positions forward() scores (position t predicts labels[t+1]); the training loop
+        divides the summed loss by their global count."""
+        return labels[:, 1:] != IGNORE_INDEX
+
     def selected_logits(self, input_ids: torch.Tensor, labels: torch.Tensor,
                         attention_mask: torch.Tensor | None = None,
                         position_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Logits [N, vocab] at the N supervised positions and their targets [N]."""
-        supervised = labels[:, 1:] != IGNORE_INDEX            # [B, T-1]: position t predicts labels[t+1]
+        supervised = CausalLMObjective.scored(self, labels)   # [B, T-1]: position t predicts labels[t+1]
         targets = labels[:, 1:][supervised]                   # [N]
         if self.logits == "all":
             logits = first_output(self.model, input_ids, attention_mask, position_ids)  # [B, T, V]

@@ -17,7 +17,10 @@ number rows; the '=' row is left alone), adaptive FGP (top-5 modes per step) and
                           the run (the run stops once it has held for ``patience`` evaluations)
     memorisation epoch    first epoch whose full-batch training accuracy is >= 0.99
     sounding at init      dominant mode (k >= 1) and ρ (K = 5) of W_E's mean gradient before training
-    final W_E modes       the 5 strongest Fourier modes of the trained embedding (the "utilisation gap")
+                          (eq. 5's power as the sounding reads it: power_of_sum, training/fourier.py)
+    final W_E modes       the 5 strongest Fourier modes of the trained embedding (the "utilisation gap"):
+                          per frequency the squared norm over the embedding columns, Σ_e |Ŵ_E[k, e]|²
+                          (sum_of_powers; Nanda et al. 2023's norm of W_E's Fourier components)
 
     assocmem experiment grokking --p 97 --seeds 0 1 2 --epochs 600 --out runs/grok --result grok.json
 """
@@ -113,10 +116,11 @@ def _sounding_at_init(trainer, p: int) -> dict:
     grads = mean_gradient(trainer.model, trainer.train_ds, batch_size=len(trainer.train_ds),
                           params=select_parameters(trainer.model, [EMBEDDING]))
     s = sound(EMBEDDING, grads[EMBEDDING], axis=0, length=p, top_k=k)
-    weights = mode_power(trainer.model.get_input_embeddings().weight.detach(), axis=0, n=p)
+    weights = mode_power(trainer.model.get_input_embeddings().weight.detach(), axis=0, n=p, power="sum_of_powers")
     return {"grad_dominant_mode": s.dominant_mode, "grad_top_modes": top_modes(mode_power(grads[EMBEDDING], n=p), k,
                                                                                skip_dc=True),
-            "grad_rho_k5": s.rho, "weight_top_modes": top_modes(weights, k, skip_dc=True)}
+            "grad_rho_k5": s.rho, "fourier_power": s.fourier_power,
+            "weight_top_modes": top_modes(weights, k, skip_dc=True)}
 
 
 def run_one(cfg_dict: dict, *, eval_every: int, patience: int) -> dict:
@@ -143,7 +147,7 @@ def run_one(cfg_dict: dict, *, eval_every: int, patience: int) -> dict:
             evals.append((trainer.step, trainer.evaluate()["accuracy"]))
             if held_for(evals, patience):
                 break
-    weights = mode_power(trainer.model.get_input_embeddings().weight.detach(), axis=0, n=p)
+    weights = mode_power(trainer.model.get_input_embeddings().weight.detach(), axis=0, n=p, power="sum_of_powers")
     if trainer.log is not None:
         trainer.log.close()
     record = {"name": cfg.name, "seed": cfg.seed, "p": p, "epochs_run": trainer.step,

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from assocmem.probes.energy import adjacency, dirichlet_energy, procrustes_r2
+from assocmem.probes.energy import adjacency, dirichlet_energy, neighbour_mixing_control, procrustes_r2
 from assocmem.probes.graph_tracing import make_walks, save_graph_tracing_figures, trace_graph
 from assocmem.training.graphs import make_graph
 
@@ -54,6 +54,23 @@ def test_oracle_model_exact_values():
     np.testing.assert_allclose(res.accuracy_full, expected, rtol=0, atol=1e-14)
     assert res.chance == pytest.approx(deg.mean() / 16, abs=1e-15)
     assert res.nodes_present == [16, 16, 16]  # walk b starts at node b: every node is seen
+
+
+def test_the_energy_definition_is_chosen_and_recorded():
+    """park and normalised curves are different numbers of the same class means; the ratio is the same."""
+    graph, tokens = make_graph("grid"), list(range(30, 46))
+    model, A = OracleLM(graph, tokens, 50), adjacency(graph)
+    P = model.pos.numpy()
+    runs = {e: trace_graph(model, graph, node_tokens=tokens, num_walks=16, walk_length=60, window=40,
+                           context_lengths=[40, 60], pca_contexts=[60], seed=7, energy=e) for e in ("park", "normalised")}
+    for energy, res in runs.items():
+        np.testing.assert_allclose(res.energy[0], dirichlet_energy(P, A, energy), rtol=1e-15, atol=0)
+        assert res.to_json()["energy_definition"] == energy
+        assert res.control["mixed_energy"] == dirichlet_energy(neighbour_mixing_control(A, 16, seed=7), A, energy)
+    assert runs["park"].energy[0, 0] == 48.0 and runs["normalised"].energy[0, 0] == pytest.approx(48 / 448, rel=1e-15)
+    np.testing.assert_array_equal(runs["park"].energy_ratio, runs["normalised"].energy_ratio)
+    with pytest.raises(ValueError, match="energy: got 'raw'"):
+        trace_graph(model, graph, node_tokens=tokens, num_walks=1, walk_length=60, energy="raw")
 
 
 def tiny_llama(vocab_size=64, layers=2):

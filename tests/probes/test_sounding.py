@@ -9,6 +9,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from assocmem.probes.sounding import mean_gradient, select_parameters, sound, sounding_hammer
 from assocmem.cli import main as cli_main
+from assocmem.training.fourier import FOURIER_POWERS, mode_power
 from assocmem.training.tasks import mqar_dataset
 
 TINY_LLAMA = {"model_type": "llama", "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1,
@@ -30,11 +31,16 @@ def test_a_pure_cosine_gradient_has_rho_one_and_white_noise_scores_its_flat_valu
     cosine = torch.cos(2 * math.pi * 9 * t / 64)[:, None] * torch.randn(1, 5, dtype=torch.float64)
     r = sound("w", cosine, axis=0, length=None, top_k=4)
     assert r.rho == pytest.approx(1.0, abs=1e-12) and r.dominant_mode == 9 and 9 in r.top_modes
-    noise = sound("w", torch.randn(512, 64, generator=torch.Generator().manual_seed(0), dtype=torch.float64),
-                  axis=0, length=None, top_k=16)
-    # many independent columns average the spectrum: the top-K share tends to K / bins (0.062), while one
-    # column scores the order-statistics value rho_flat (0.23) on average
-    assert 16 / 257 < noise.rho < 1.3 * 16 / 257 < noise.rho_flat
+    white = torch.randn(512, 64, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    each = sound("w", white, axis=0, length=None, top_k=16, fourier_power="sum_of_powers")
+    summed = sound("w", white, axis=0, length=None, top_k=16)
+    # summing the powers of many independent columns averages the spectrum: the top-K share tends to K / bins
+    # (0.062); the gradient summed over its columns is one white signal, which scores the order-statistics
+    # value rho_flat (0.23) on average
+    assert 16 / 257 < each.rho < 1.3 * 16 / 257 < summed.rho_flat
+    assert abs(summed.rho - summed.rho_flat) < 0.05 and summed.fourier_power == "power_of_sum"
+    torch.testing.assert_close(torch.tensor(summed.power, dtype=torch.float64), mode_power(white.sum(1, keepdim=True)),
+                               rtol=1e-12, atol=0)
 
 
 def test_mean_gradient_is_the_gradient_of_the_mean_loss_over_all_supervised_positions():
@@ -87,6 +93,7 @@ def test_cli_sounds_an_untrained_config_on_its_data(tmp_path):
     (r,) = report["soundings"]
     assert r["length"] == 30 and len(r["power"]) == 16 and 0 < r["rho"] <= 1 and report["trained"] is False
     assert report["steer"] == ([r["param"]] if r["rho"] > 0.6 else [])
+    assert report["fourier_power"] == r["fourier_power"] == "power_of_sum"
     assert (out / "sounding.png").stat().st_size > 0
     assert cli_main(["probe", "sounding", str(path), "--out", str(out)]) == 2          # refuses a non-empty --out
 
@@ -94,3 +101,13 @@ def test_cli_sounds_an_untrained_config_on_its_data(tmp_path):
 def test_cli_needs_data_for_a_model_without_its_own(tmp_path, capsys):
     assert cli_main(["probe", "sounding", "thesis-tiny-transformer", "--out", str(tmp_path / "o")]) == 2
     assert "pass --data" in capsys.readouterr().err
+
+
+def test_the_cli_offers_the_library_readings_of_eq_5():
+    import argparse
+
+    from assocmem.cli.probe import _sounding_parser
+
+    parser = _sounding_parser(argparse.ArgumentParser().add_subparsers())
+    action = next(a for a in parser._actions if a.dest == "fourier_power")
+    assert tuple(action.choices) == FOURIER_POWERS and action.default == "power_of_sum"

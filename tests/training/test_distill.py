@@ -51,23 +51,27 @@ def test_alignment_loss_is_zero_for_the_copied_softmax_attention(target, tmp_pat
             rotary = teacher64.model.rotary_emb
             rotary.inv_freq = rotary.compute_default_rope_parameters(teacher64.config)[0]
             loss64, _, _ = AlignmentObjective(student64, teacher64, [0, 1, 2], target)(ids, labels)
-    assert int(count) == 2 * 18
+    assert int(count) == 2 * 19                       # every position n ∈ {1..T} (eq. 3.21), the last one too
     assert float(loss32) <= 1e-11, float(loss32)      # float32 round-off, squared
     assert float(loss64) <= 1e-26, float(loss64)      # float64: the same function
 
 
 def test_alignment_loss_matches_eq_3_22_by_hand(tmp_path):
-    """A GDN student: the objective equals 1/(MH) Σ_m Σ_h (1/d)‖y − ŷ‖² summed over positions, computed here
-    from the teacher's q/k/v with our own softmax (not the teacher's forward)."""
+    """A GDN student: the objective equals 1/(MH) Σ_m Σ_h (1/d)‖y − ŷ‖² summed over every position n ∈ {1..T}
+    (the thesis: "for all n ∈ {1, …, T}"), computed here from the teacher's q/k/v with our own softmax (not the
+    teacher's forward); leaving out each row's last position, as a next-token count would, gives another number."""
     teacher, _ = llama(tmp_path)
     torch.manual_seed(1)
     student = from_hf_causal_lm(teacher, replace=[0, 2], student="gdn")
     ids = torch.randint(0, VOCAB, (2, 11), generator=torch.Generator().manual_seed(4))
+    labels = ids.clone()
+    labels[1, 8:] = -100                                                    # right padding: row 1 holds 8 positions
     with torch.no_grad():
-        loss, _, _ = AlignmentObjective(student, teacher, [0, 2], "heads")(ids, ids.clone())
+        objective = AlignmentObjective(student, teacher, [0, 2], "heads")
+        loss, count, _ = objective(ids, labels)
         streams = teacher(ids, output_hidden_states=True).hidden_states     # residual stream entering each layer
         cos, sin = teacher.model.rotary_emb(streams[0], torch.arange(11)[None])
-        total = 0.0
+        per_position = 0.0
         for m in (0, 2):
             layer = teacher.model.layers[m]
             h = layer.input_layernorm(streams[m])
@@ -85,8 +89,12 @@ def test_alignment_loss_matches_eq_3_22_by_hand(tmp_path):
             mixer(h, return_state=False)
             hook.remove()
             y_hat = seen["y"].view(2, 11, 4, 8)
-            total = total + ((y - y_hat) ** 2).sum(-1).div(8).sum(-1).div(4 * 2)[:, :-1].sum()  # 1/(H·M), d = 8
+            per_position = per_position + ((y - y_hat) ** 2).sum(-1).div(8).sum(-1).div(4 * 2)  # [B, T]; 1/(H·M)
+    total = per_position[0].sum() + per_position[1, :8].sum()
+    but_last = per_position[0, :-1].sum() + per_position[1, :7].sum()
+    assert int(count) == 11 + 8 == int(objective.scored(labels).sum())  # what the training loop divides by
     torch.testing.assert_close(loss, total, rtol=1e-5, atol=1e-7)
+    assert float(total - but_last) > 1e3 * (1e-5 * float(total) + 1e-7)  # the two readings are far apart
 
 
 @pytest.mark.parametrize("which", ["mixer", "new"])

@@ -78,15 +78,50 @@ def test_float32_projection_matches_float64():
 
 
 def test_mode_power_satisfies_parseval():
-    """Σ_t x_t² = (1/n)(P(0) + 2 Σ_{0<k<n/2} P(k) + P(n/2)) for even n (the rfft keeps half the bins)."""
+    """Σ_t x_t² = (1/n)(P(0) + 2 Σ_{0<k<n/2} P(k) + P(n/2)) for even n (the rfft keeps half the bins): of all of
+    x under sum_of_powers, of x summed over its columns under power_of_sum."""
     for n in (64, 97):
         x = torch.randn(n, 5, generator=torch.Generator().manual_seed(n), dtype=torch.float64)
-        power = mode_power(x, axis=0)
         weights = torch.full((num_bins(n),), 2.0, dtype=torch.float64)
         weights[0] = 1.0
         if n % 2 == 0:
             weights[-1] = 1.0
-        assert math.isclose(float((weights * power).sum()) / n, float(x.pow(2).sum()), rel_tol=1e-12)
+        each = mode_power(x, axis=0, power="sum_of_powers")
+        summed = mode_power(x, axis=0)
+        assert math.isclose(float((weights * each).sum()) / n, float(x.pow(2).sum()), rel_tol=1e-12)
+        assert math.isclose(float((weights * summed).sum()) / n, float(x.sum(1).pow(2).sum()), rel_tol=1e-12)
+
+
+def _dft_power(column: list[float], k: int) -> float:
+    """|Σ_t x_t e^{−2πikt/n}|², one bin of one signal, written out (Python floats)."""
+    n = len(column)
+    re = sum(x * math.cos(2 * math.pi * k * t / n) for t, x in enumerate(column))
+    im = -sum(x * math.sin(2 * math.pi * k * t / n) for t, x in enumerate(column))
+    return re * re + im * im
+
+
+def test_the_two_readings_of_eq_5_by_hand_and_where_they_part():
+    """Seed 003 §4.1: "G is summed over the embedding dimension". Two columns that cancel at mode 1 and
+    differ at mode 3 (n = 8): the power of the summed gradient has mode 3 only; the summed powers of the
+    columns put mode 1 on top. Both against an explicit DFT."""
+    n = 8
+    t = torch.arange(n, dtype=torch.float64)
+    c1, c3 = torch.cos(2 * math.pi * t / n), torch.cos(2 * math.pi * 3 * t / n + 0.4)
+    g = torch.stack([2 * c1, -2 * c1 + c3], dim=1)                               # [8, 2]
+    cols = [g[:, e].tolist() for e in range(2)]
+    summed = [a + b for a, b in zip(*cols)]
+    want_sum = torch.tensor([_dft_power(summed, k) for k in range(5)], dtype=torch.float64)
+    want_each = torch.tensor([sum(_dft_power(c, k) for c in cols) for k in range(5)], dtype=torch.float64)
+    torch.testing.assert_close(mode_power(g), want_sum, rtol=0, atol=1e-12)
+    torch.testing.assert_close(mode_power(g, power="sum_of_powers"), want_each, rtol=0, atol=1e-12)
+    assert want_sum[3] == pytest.approx(16.0, abs=1e-12) and float(want_sum[1]) == pytest.approx(0.0, abs=1e-12)
+    assert want_each[1] == pytest.approx(128.0, abs=1e-12) and want_each[3] == pytest.approx(16.0, abs=1e-12)
+    assert top_modes(mode_power(g), 1, skip_dc=True) == [3]
+    assert top_modes(mode_power(g, power="sum_of_powers"), 1, skip_dc=True) == [1]
+    assert regularity(mode_power(g), 1) == pytest.approx(1.0, abs=1e-12)
+    assert regularity(mode_power(g, power="sum_of_powers"), 1) == pytest.approx(128 / 144, abs=1e-12)
+    with pytest.raises(ValueError, match="fourier_power: got 'sum', allowed power_of_sum or sum_of_powers"):
+        mode_power(g, power="sum")
 
 
 def test_a_pure_cosine_has_regularity_one_and_its_mode_is_the_top_mode():

@@ -108,6 +108,25 @@ def test_adaptive_fgp_keeps_the_k_strongest_modes_of_this_step():
     assert transforms.state_dict() == [{"kind": "fgp_adaptive", "state": {}}]
 
 
+def test_adaptive_fgp_picks_its_modes_by_the_chosen_reading_of_the_power():
+    """Columns that cancel at mode 7 and share mode 20: summed over the embedding dimension (the default, seed
+    003 §4.1) mode 20 is the strongest; the summed column powers put mode 7 first."""
+    t = torch.arange(97, dtype=torch.float32)[:, None]
+    c7, c20 = torch.cos(2 * math.pi * 7 * t / 97), torch.cos(2 * math.pi * 20 * t / 97)
+    g = torch.cat([3 * c7 + c20, -3 * c7 + c20], dim=1)                              # [97, 2]
+    chosen = {}
+    for power in ("power_of_sum", "sum_of_powers"):
+        model = Embedder(vocab=97)
+        model.embed.weight.grad = torch.cat([g, g], dim=1).clone()                   # [97, 4]
+        transforms = _transforms([{"kind": "fgp_adaptive", "param": "embed.weight", "top_k": 1,
+                                   "fourier_power": power}], model)
+        transforms.apply()
+        chosen[power] = model.embed.weight.grad.clone()
+    full = torch.cat([g, g], dim=1)
+    torch.testing.assert_close(chosen["power_of_sum"], project_modes(full, [20], axis=0), atol=1e-6, rtol=0)
+    torch.testing.assert_close(chosen["sum_of_powers"], project_modes(full, [7], axis=0), atol=1e-6, rtol=0)
+
+
 @pytest.mark.parametrize("entry,match", [
     ({"kind": "fgp", "param": "embed.weight", "modes": [49]}, r"0\.\.48"),
     ({"kind": "fgp", "param": "embed.wieght", "modes": [1]}, "no parameter 'embed.wieght'.*embed.weight"),

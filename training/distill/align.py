@@ -9,8 +9,11 @@ teacher's attention made of it. Per position n, with H heads of width d (``targe
 where y^{h,m} is head h of the teacher's attention before o_proj and ŷ^{h,m} the student mixer's value
 at the same place (the input of its o_proj: for a gated-norm mixer, after the gate and the norm). With
 ``target: output`` the comparison is after o_proj, (1/M) Σ_m (1/d_model) ‖y_n^m − ŷ_n^m‖², for any mixer.
-The objective returns Σ_n ℓ_2(n) over the positions the labels select, so the training loop's division
-by their count gives the mean of eq. 3.22 over positions.
+The thesis takes eq. 3.21 "for all n ∈ {1, …, T} where T is the sequence length": the objective returns
+Σ_n ℓ_2(n) over every labelled position n (labels[n] ≠ −100; stage 2's data labels each row up to its
+last supervised token, stages.py ``label_all_positions``, so right padding stays out) and their count,
+and the training loop's division gives the mean of eq. 3.22 over positions. Unlike next-token losses
+it does not shift by one: stage 2 predicts no token, and the last position is compared like the others.
 """
 from __future__ import annotations
 
@@ -82,8 +85,9 @@ def alignment_error(student: tuple[torch.Tensor, torch.Tensor], teacher: Attenti
 class AlignmentObjective(TeacherObjective):
     """forward(input_ids, labels) -> (Σ over selected positions of ℓ_2 (eq. 3.22), their count, 0).
 
-    The selected positions are t < T−1 with labels[t + 1] ≠ −100 (those the loop counts); the third value,
-    the count of correct predictions, is 0: stage 2 predicts no token (evaluation reads the student's logits).
+    The selected positions are every n with labels[n] ≠ −100 (module docstring: all n ∈ {1..T}); the third
+    value, the count of correct predictions, is 0: stage 2 predicts no token (evaluation reads the
+    student's logits).
     """
 
     def __init__(self, student: nn.Module, teacher: nn.Module, layers: Sequence[int],
@@ -99,9 +103,13 @@ class AlignmentObjective(TeacherObjective):
                                   num_heads=self.num_heads, target=self.target) for i in self.layers]
         return torch.stack(errors).mean(0)
 
+    def scored(self, labels: torch.Tensor) -> torch.Tensor:
+        """bool [B, T]: every labelled position n (eq. 3.21's n ∈ {1..T}; no shift, nothing is predicted)."""
+        return labels != IGNORE_INDEX
+
     def forward(self, input_ids: torch.Tensor, labels: torch.Tensor,
                 attention_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        selected = labels[:, 1:] != IGNORE_INDEX                        # [B, T-1]
-        loss_sum = self.per_position(input_ids)[:, :-1][selected].sum()
+        selected = self.scored(labels)                                  # [B, T]
+        loss_sum = self.per_position(input_ids)[selected].sum()
         zero = torch.zeros((), dtype=torch.long, device=loss_sum.device)
         return loss_sum, selected.sum(), zero

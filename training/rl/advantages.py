@@ -1,4 +1,4 @@
-"""Group-relative advantages and Nautile's "skip mastered groups" rule.
+"""Group-relative advantages and Nautile's "skip mastered groups" rule (``mastered_groups``).
 
 A group is the G completions of one prompt, with rewards r [P, G]. The advantage of completion j of
 prompt i (DeepSeekMath GRPO; Dr. GRPO, Liu et al. 2025, drops the division; Nautile §4.2 uses Dr. GRPO):
@@ -36,10 +36,17 @@ def group_advantages(rewards: torch.Tensor, scale: Scale = "none") -> torch.Tens
     raise ValueError(f"unknown advantage scale {scale!r}; choose none, group or batch")
 
 
-def mastered_groups(rewards: torch.Tensor, *, mean_above: float, min_above: float) -> torch.Tensor:
-    """bool [P]: groups whose mean reward exceeds ``mean_above`` and whose minimum exceeds ``min_above``.
+def mastered_groups(rewards: torch.Tensor, *, every_above: float, min_above: float) -> torch.Tensor:
+    """bool [P]: groups in which every reward exceeds ``every_above`` and the minimum exceeds ``min_above``.
 
-    Nautile §4.2 skips a group "in which every completion receives an overall score above 90 (and a
-    minimum above 85)": such a group has (almost) no signal left, only KL and length terms.
+    Nautile §4.2: "Groups in which every completion receives an overall score above 90 (and a minimum
+    above 85) are skipped as mastered." Every completion, not the group's mean: [86, 99, 99, 99] is
+    not mastered at (90, 85). The paper's judge gives each completion several scores, so its two
+    numbers may read two of them; here a completion has one reward and both thresholds read it, so
+    the rule is min_j r_ij > max(every_above, min_above) and ``min_above`` binds only above
+    ``every_above``. Such a group has (almost) no signal left, only KL and length terms.
     """
-    return (rewards.mean(dim=1) > mean_above) & (rewards.min(dim=1).values > min_above)
+    if rewards.dim() != 2:
+        raise ValueError(f"rewards must be [prompts, G], got {tuple(rewards.shape)}")
+    lowest = rewards.min(dim=1).values                                        # [P]
+    return (rewards > every_above).all(dim=1) & (lowest > min_above)

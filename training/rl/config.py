@@ -33,10 +33,23 @@ TaskData = Annotated[Union[ChainSumData, GraphPathData, ModularData, NeedleData]
 
 
 class Mastered(_Strict):
-    """Nautile §4.2: skip a group whose mean reward is above ``mean_above`` and minimum above ``min_above``."""
+    """Nautile §4.2: "Groups in which every completion receives an overall score above 90 (and a minimum
+    above 85) are skipped as mastered." A group is skipped when every completion's reward is above
+    ``every_above`` and the group's minimum above ``min_above`` (advantages.py ``mastered_groups``)."""
 
-    mean_above: float = Field(description="mean reward of the group above which it may be mastered")
-    min_above: float = Field(description="and minimum reward above which it is")
+    every_above: float = Field(description="a group is mastered only if every completion's reward is above this "
+                               "(Nautile: 90)")
+    min_above: float = Field(description="and its minimum reward above this (Nautile: 85; one reward per "
+                             "completion, so it binds only above every_above)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _mean_is_not_the_rule(cls, data):
+        """``mean_above`` read the first threshold as the group's mean; the paper's rule reads every completion."""
+        if isinstance(data, dict) and "mean_above" in data:
+            raise ValueError(f"mean_above ({data['mean_above']}) compared the group's mean reward; Nautile §4.2 skips "
+                             "a group when every completion is above the threshold: write every_above instead")
+        return data
 
 
 class RolloutConfig(_Strict):
@@ -52,7 +65,8 @@ class RolloutConfig(_Strict):
     overlong_penalty: float = Field(0.0, ge=0, description="subtracted from the reward of a completion without EOS")
     advantage_scale: Literal["none", "group", "batch"] = Field(
         "none", description="none: A = r − mean (Dr. GRPO); group: ÷ (group std + 1e-4) (GRPO); batch: ÷ batch std")
-    mastered: Mastered | None = Field(None, description="skip mastered groups (Nautile §4.2); null = keep all")
+    mastered: Mastered | None = Field(None, description="skip mastered groups (Nautile §4.2: every completion "
+                                      "above every_above, minimum above min_above); null = keep all")
 
 
 class LossConfig(_Strict):
@@ -64,12 +78,21 @@ class LossConfig(_Strict):
     aggregation: Literal["grpo", "bnpo", "dr_grpo", "dapo"] = Field(
         "dapo", description="token weights (losses.py; TRL's loss_type of the same name)")
     beta: float = Field(0.0, ge=0, description="weight of the k3 KL to the frozen reference")
+    kl_bias_correction: bool = Field(False, description="multiply the k3 KL per token by the ratio π_θ/π_old "
+                                     "(TRL's use_bias_correction_kl, True by default there): the unbiased reverse-KL "
+                                     "gradient; false: the plain k3 term (Nautile §4.2's 'KL penalty ... with "
+                                     "coefficient β')")
     eps_low: float = Field(0.2, ge=0, lt=1, description="ratio clip below: 1 − eps_low")
     eps_high: float = Field(0.2, ge=0, description="ratio clip above: 1 + eps_high (DAPO: 0.28)")
     inner_iterations: int = Field(1, ge=1, description="optimizer steps per round on the same samples (GRPO's μ; "
                                   "self-distillation's epochs E)")
+    balance: Literal["prompt", "batch"] = Field(
+        "prompt", description="balanced: prompt = one scale s_x per prompt, g = Σ_x (g⁺_x + s_x g⁻_x) (Nautile §4.3 "
+        "writes g± for one prompt x, 'regardless of the proportion of correct completions in the group'); batch = one "
+        "scale for the round's summed g⁺, g⁻ (balancing.py)")
     balance_eps: float = Field(1e-8, gt=0, description="ε of the balancing scale")
-    balance_cap: bool = Field(False, description="scale g⁻ by min(1, ‖g⁺‖/(‖g⁻‖+ε)): never up")
+    balance_cap: bool = Field(False, description="scale g⁻ by min(1, ‖g⁺‖/(‖g⁻‖+ε)) (per prompt or per batch): "
+                              "never up")
     distill_weighting: Literal["advantage", "none"] = Field(
         "advantage", description="self-distillation: CE weighted by A (Nautile) or plain CE on the kept set")
 
@@ -123,6 +146,17 @@ class RLConfig(_Strict):
     @classmethod
     def _safe_name(cls, name: str | None) -> str | None:
         return None if name is None else check_run_name(name)
+
+    @model_validator(mode="after")
+    def _self_distillation_is_unnormalised(self) -> "RLConfig":
+        """Nautile §4.4 scores completions "using the same advantage computation as GRPO (without
+        standard-deviation normalization)": a std-scaled advantage is not its self-distillation."""
+        if self.loss.algorithm == "self_distillation" and self.rollout.advantage_scale != "none":
+            raise ValueError(f"rollout.advantage_scale: {self.rollout.advantage_scale} divides the advantages by "
+                             "a standard deviation, but loss.algorithm: self_distillation is Nautile §4.4's, which "
+                             "scores 'without standard-deviation normalization' (A = r − mean, so hard prompts weigh "
+                             "more); set rollout.advantage_scale: none")
+        return self
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False, allow_unicode=True)

@@ -6,8 +6,9 @@ Per round s (P prompts × G completions, W processes):
   2. rollouts (rollouts.py): samples seeded per (seed, s, row), rewards, advantages, mastered groups
   3. global sizes (one all-reduce): sequences, active tokens, kept tokens, reward / pass / length sums
   4. for each of μ inner iterations: log-probs under the policy (and once, under the frozen
-     reference), the loss terms (losses.py), their gradients summed over processes (balancing.py),
-     combined by the algorithm (``ALGORITHMS``), clipped, AdamW step
+     reference), the loss terms (losses.py), their gradients summed over processes (balancing.py;
+     per prompt under ``balance: prompt``), combined by the algorithm (``ALGORITHMS``), clipped,
+     AdamW step
   5. scheduler step; log / evaluate held-out pass@1 / checkpoint on schedule
 
 Nothing depends on the number of processes but the float summation order: W processes compute
@@ -20,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -36,7 +38,7 @@ from ..optim import build_optimizer, build_scheduler, extend_schedule
 from ..runlog import SUMMARY_FILE, RunLog
 from ..sampler import StepSampler
 from ..verifiable import problem_sets, score_response
-from .balancing import assign_gradient, combine, split_gradients
+from .balancing import Balanced, assign_gradient, balance_per_prompt, combine, split_gradients
 from .config import RLConfig
 from .curves import plot_rl_curves
 from .losses import BatchCounts, k3_kl, policy_loss_terms
@@ -46,20 +48,33 @@ from .runfolder import check_rl_run_dir, create_rl_run_dir
 from .self_distillation import kept_completions, self_distillation_loss
 
 
-def _policy_gradient(g_pos, g_neg, g_kl, g_sd, loss) -> tuple[torch.Tensor, float]:
-    return g_pos + g_neg + g_kl, 1.0
+@dataclass(frozen=True)
+class Gradients:
+    """One inner iteration's flat gradients, summed over processes (None where the algorithm needs none):
+    g⁺, g⁻, g_KL, g_SD, and under ``balance: prompt`` the balanced g itself (balancing.py)."""
+
+    positive: torch.Tensor | None = None
+    negative: torch.Tensor | None = None
+    kl: torch.Tensor | None = None
+    distill: torch.Tensor | None = None
+    balanced: Balanced | None = None
 
 
-def _balanced(g_pos, g_neg, g_kl, g_sd, loss) -> tuple[torch.Tensor, float]:
-    out = combine(g_pos, g_neg, g_kl, eps=loss.balance_eps, cap=loss.balance_cap)
+def _policy_gradient(g: Gradients, loss) -> tuple[torch.Tensor, float]:
+    return g.positive + g.negative + g.kl, 1.0
+
+
+def _balanced(g: Gradients, loss) -> tuple[torch.Tensor, float]:
+    out = g.balanced if g.balanced is not None else combine(g.positive, g.negative, g.kl, eps=loss.balance_eps,
+                                                            cap=loss.balance_cap)
     return out.gradient, out.scale
 
 
-def _self_distillation(g_pos, g_neg, g_kl, g_sd, loss) -> tuple[torch.Tensor, float]:
-    return g_sd, 0.0
+def _self_distillation(g: Gradients, loss) -> tuple[torch.Tensor, float]:
+    return g.distill, 0.0
 
 
-# algorithm -> (g⁺, g⁻, g_KL, g_SD, LossConfig) -> (the gradient the optimizer steps on, scale of g⁻)
+# algorithm -> (Gradients, LossConfig) -> (the gradient the optimizer steps on, scale of g⁻)
 ALGORITHMS = {"policy_gradient": _policy_gradient, "balanced": _balanced, "self_distillation": _self_distillation}
 
 
@@ -144,12 +159,18 @@ class RLTrainer:
                  "reward": float(g[7] / g[4])}
         return counts, stats
 
-    def _gradients(self, batch, logp, old_logp, ref_logp, counts, kept_tokens, first: bool):
-        """Step 4: the loss terms and (g⁺, g⁻, g_KL, g_SD) summed over processes (None where not needed)."""
+    def _gradients(self, batch, logp, old_logp, ref_logp, counts, kept_tokens, first: bool) -> tuple:
+        """Step 4: the loss terms and their gradients summed over processes (``Gradients``)."""
         loss, mask = self.cfg.loss, batch.completion_mask.to(logp.dtype)
         adv = batch.advantages.to(logp.dtype)
         terms = policy_loss_terms(logp, old_logp, ref_logp, adv, mask, aggregation=loss.aggregation, counts=counts,
-                                  beta=loss.beta, eps_low=loss.eps_low, eps_high=loss.eps_high)
+                                  beta=loss.beta, eps_low=loss.eps_low, eps_high=loss.eps_high,
+                                  kl_bias_correction=loss.kl_bias_correction)
+        if loss.algorithm == "balanced" and loss.balance == "prompt":
+            positives, negatives = terms.by_group(self.cfg.rollout.group_size)
+            out = balance_per_prompt(list(positives), list(negatives), terms.kl, self.params, eps=loss.balance_eps,
+                                     cap=loss.balance_cap, reduce=all_reduce_sum)
+            return terms, Gradients(positive=out.positive, negative=out.negative, balanced=out)
         parts = []
         if loss.algorithm != "self_distillation" or first:   # self-distillation: g± measured once per round
             parts = [terms.positive, terms.negative, terms.kl]
@@ -157,10 +178,8 @@ class RLTrainer:
             parts.append(self_distillation_loss(logp, adv, mask, weighting=loss.distill_weighting,
                                                 aggregation=loss.aggregation, counts=counts, kept_tokens=kept_tokens))
         grads = split_gradients(parts, self.params, reduce=all_reduce_sum)
-        if loss.algorithm == "self_distillation":
-            g_sd = grads.pop()
-            return terms, (*(grads or [None, None, None]), g_sd)
-        return terms, (*grads, None)
+        distill = grads.pop() if loss.algorithm == "self_distillation" else None
+        return terms, Gradients(*(grads or [None, None, None]), distill=distill)
 
     def train_step(self) -> dict[str, float]:
         """One round (steps 1-5 of the module docstring); returns its global metrics."""
@@ -175,14 +194,15 @@ class RLTrainer:
         for it in range(cfg.loss.inner_iterations):
             logp = rollout_logprobs(self.policy, batch)
             old_logp = logp.detach() if old_logp is None else old_logp
-            terms, (g_pos, g_neg, g_kl, g_sd) = self._gradients(batch, logp, old_logp, ref_logp, counts,
-                                                                int(stats["kept_tokens"]), first=it == 0)
-            gradient, scale = ALGORITHMS[cfg.loss.algorithm](g_pos, g_neg, g_kl, g_sd, cfg.loss)
+            terms, grads = self._gradients(batch, logp, old_logp, ref_logp, counts, int(stats["kept_tokens"]),
+                                           first=it == 0)
+            gradient, scale = ALGORITHMS[cfg.loss.algorithm](grads, cfg.loss)
             assign_gradient(self.params, gradient)
             clip = cfg.optim.grad_clip
             grad_norm = float(nn.utils.clip_grad_norm_(self.params, clip if clip is not None else float("inf")))
             if it == 0:
-                record = self._first_iteration_metrics(terms, g_pos, g_neg, scale, grad_norm, logp, ref_logp, batch)
+                record = self._first_iteration_metrics(terms, grads.positive, grads.negative, scale, grad_norm, logp,
+                                                       ref_logp, batch)
             if not math.isfinite(grad_norm):  # the gradients are summed over processes: the same on every rank
                 self.optimizer.zero_grad(set_to_none=True)
                 if cfg.train.on_nonfinite == "stop":

@@ -6,10 +6,15 @@ Per completion i (advantage A_i) and response token t (mask m_it):
   2. surrogate   ℓ_it = −min(ρ_it A_i, clip(ρ_it, 1 − ε_low, 1 + ε_high) A_i)      (PPO; DAPO's ε_low/ε_high)
   3. KL (k3)     k_it = exp(r_it − log π_θ) − (r_it − log π_θ) − 1,   r_it = log π_ref(y_it)
                  (Schulman's unbiased, non-negative estimator of KL(π_θ ‖ π_ref))
+                 kl_bias_correction: k_it ← ρ_it k_it (DeepSeek-V3.2; TRL's ``use_bias_correction_kl``):
+                 the KL gradient becomes the unbiased reverse-KL gradient; ρ = 1 on-policy, but its
+                 gradient ∇ρ = ∇log π_θ is not 0, so the gradient changes there too
   4. per token   L_it = ℓ_it + β k_it
   5. loss        L = Σ_it w_it m_it L_it   with the weights w of the aggregation (``AGGREGATIONS``)
 
-The aggregations are TRL's ``GRPOTrainer`` loss types (trl 1.16.0, grpo_trainer.py ``_compute_loss``):
+The aggregations are TRL's ``GRPOTrainer`` loss types (trl 1.16.0, grpo_trainer.py ``_compute_loss``),
+and the loss equals TRL's with ``importance_sampling_level="token"``, ``delta=None`` and
+``use_bias_correction_kl`` equal to ``kl_bias_correction`` (TRL's default is True, ours False):
 
     grpo     mean over sequences of the per-sequence token mean     w_it = 1 / (B · max(n_i, 1))
     bnpo     mean over the active tokens of the local batch         w_it = 1 / (W · n_local)
@@ -91,25 +96,35 @@ class LossTerms:
     """The loss split by where its gradient comes from (``balancing.py`` needs them apart).
 
     positive: Σ w m ℓ over completions with A > 0; negative: over A < 0 (A = 0 adds nothing);
-    kl: β Σ w m k. ``total`` is the loss of steps 1-5.
+    kl: β Σ w m k. ``total`` is the loss of steps 1-5. positive_rows, negative_rows [B]: the same
+    sums per completion (``by_group`` adds them per prompt).
     """
 
     positive: torch.Tensor
     negative: torch.Tensor
     kl: torch.Tensor
+    positive_rows: torch.Tensor
+    negative_rows: torch.Tensor
 
     @property
     def total(self) -> torch.Tensor:
         return self.positive + self.negative + self.kl
 
+    def by_group(self, group_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(positive, negative) per prompt [P]: rows are P groups of ``group_size`` completions, in order."""
+        rows = self.positive_rows.shape[0]
+        if rows % group_size:
+            raise ValueError(f"{rows} completions do not split into groups of {group_size}")
+        return (self.positive_rows.view(-1, group_size).sum(1), self.negative_rows.view(-1, group_size).sum(1))
+
 
 def policy_loss_terms(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor | None,
                       advantages: torch.Tensor, mask: torch.Tensor, *, aggregation: str, counts: BatchCounts,
-                      beta: float, eps_low: float, eps_high: float) -> LossTerms:
+                      beta: float, eps_low: float, eps_high: float, kl_bias_correction: bool = False) -> LossTerms:
     """The three terms of this process's share of the loss (module docstring), each a scalar.
 
     logp, old_logp, ref_logp, mask: [B_local, T]; advantages: [B_local]. ``ref_logp`` may be None
-    only with beta = 0.
+    only with beta = 0. ``kl_bias_correction``: the KL per token times the ratio (step 3).
     """
     weights = token_weights(mask.to(logp.dtype), aggregation, counts)       # [B, T]
     surrogate = clipped_surrogate(logp, old_logp, advantages, eps_low=eps_low, eps_high=eps_high) * weights
@@ -118,7 +133,11 @@ def policy_loss_terms(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torc
     if beta != 0.0:
         if ref_logp is None:
             raise ValueError("beta != 0 needs the reference model's log-probabilities")
-        kl = beta * (k3_kl(logp, ref_logp) * weights).sum()
+        per_token = k3_kl(logp, ref_logp)                                   # [B, T]
+        if kl_bias_correction:
+            per_token = per_token * torch.exp(logp - old_logp)
+        kl = beta * (per_token * weights).sum()
     else:
         kl = logp.new_zeros(())
-    return LossTerms(positive=(surrogate * positive).sum(), negative=(surrogate * negative).sum(), kl=kl)
+    return LossTerms(positive=(surrogate * positive).sum(), negative=(surrogate * negative).sum(), kl=kl,
+                     positive_rows=(surrogate * positive).sum(-1), negative_rows=(surrogate * negative).sum(-1))

@@ -87,7 +87,8 @@ def collect(model, task, problems: Sequence[Problem], rows: Sequence[int], *, st
     adv = group_advantages(rewards_t, rollout.advantage_scale)                     # 3.
     keep = torch.ones(len(local), dtype=torch.bool)
     if rollout.mastered is not None:
-        keep = ~mastered_groups(rewards_t, mean_above=rollout.mastered.mean_above, min_above=rollout.mastered.min_above)
+        keep = ~mastered_groups(rewards_t, every_above=rollout.mastered.every_above,
+                                min_above=rollout.mastered.min_above)
     correct = np.array([[score_response(task, p, r)[1] for r in group] for p, group in zip(local, responses)])
     kept = [i for i in range(len(local)) if keep[i]]
     prompts = [local[i].prompt for i in kept for _ in range(G)]                    # 4.

@@ -1,12 +1,13 @@
 """Gradient-balanced GRPO on a categorical policy π = softmax(θ), where ∇_θ log π(a) = e_a − π in
-closed form: the autograd path (losses → split_gradients → combine) against numpy float64."""
+closed form: the autograd path (losses → split_gradients → combine, and balance_per_prompt) against
+numpy float64; the per-prompt and per-batch readings of Nautile §4.3 give different directions."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
 
-from assocmem.training.rl.balancing import assign_gradient, combine, split_gradients
+from assocmem.training.rl.balancing import assign_gradient, balance_per_prompt, combine, split_gradients
 from assocmem.training.rl.losses import BatchCounts, policy_loss_terms
 
 K = 5  # actions
@@ -86,3 +87,62 @@ def test_assign_gradient_writes_each_parameter():
     assert a.grad.tolist() == [[0, 1, 2], [3, 4, 5]] and b.grad.tolist() == [6, 7, 8, 9]
     with pytest.raises(ValueError, match="11 entries"):
         assign_gradient([a, b], torch.zeros(11))
+
+
+def _per_prompt_case():
+    """3 prompts × G = 4 on one categorical policy: 1, 2 and 3 successes (Dr. GRPO advantages per group)."""
+    rng = np.random.default_rng(11)
+    theta = rng.normal(size=K)
+    rewards = np.array([[1.0, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0]])
+    actions = rng.integers(0, K, size=(3, 4))
+    adv = rewards - rewards.mean(1, keepdims=True)
+    return theta, actions, adv
+
+
+def test_per_prompt_balance_matches_closed_form_and_differs_from_the_batch_reading():
+    theta, actions, adv = _per_prompt_case()
+    B = actions.size
+    param = torch.tensor(theta, dtype=torch.float64, requires_grad=True)
+    logp = torch.log_softmax(param, -1)[torch.as_tensor(actions.reshape(-1))][:, None]      # [B, 1]
+    terms = policy_loss_terms(logp, logp.detach(), None, torch.as_tensor(adv.reshape(-1)), torch.ones_like(logp),
+                              aggregation="dr_grpo", counts=BatchCounts(sequences=B, tokens=B, max_len=1), beta=0.0,
+                              eps_low=0.2, eps_high=0.2)
+    positives, negatives = terms.by_group(4)
+    out = balance_per_prompt(list(positives), list(negatives), terms.kl, [param], eps=0.0, cap=False)
+    # closed form: the dr_grpo loss −(1/B) Σ_i A_i log π(a_i), one prompt's rows at a time
+    pi = np.exp(theta - theta.max())
+    pi /= pi.sum()
+    per = -(adv.reshape(-1, 1) * (np.eye(K)[actions.reshape(-1)] - pi)) / B                 # [B, K]
+    pos = [per[4 * x:4 * x + 4][adv[x] > 0].sum(0) for x in range(3)]
+    neg = [per[4 * x:4 * x + 4][adv[x] < 0].sum(0) for x in range(3)]
+    scales = [np.linalg.norm(p) / np.linalg.norm(n) for p, n in zip(pos, neg)]
+    want = sum(p + s * n for p, n, s in zip(pos, neg, scales))
+    np.testing.assert_allclose(out.gradient.numpy(), want, rtol=0, atol=1e-15)
+    np.testing.assert_allclose(out.positive.numpy(), sum(pos), rtol=0, atol=1e-15)
+    np.testing.assert_allclose(out.negative.numpy(), sum(neg), rtol=0, atol=1e-15)
+    assert out.scale == pytest.approx(np.linalg.norm(sum(s * n for n, s in zip(neg, scales)))
+                                      / np.linalg.norm(sum(neg)), abs=1e-12)
+    # the batch reading: one scale for the summed parts
+    s_batch = np.linalg.norm(sum(pos)) / np.linalg.norm(sum(neg))
+    batch = combine(out.positive, out.negative, torch.zeros_like(out.positive), eps=0.0, cap=False)
+    np.testing.assert_allclose(batch.gradient.numpy(), sum(pos) + s_batch * sum(neg), rtol=0, atol=1e-15)
+    cosine = float(want @ batch.gradient.numpy()) / (np.linalg.norm(want) * np.linalg.norm(batch.gradient.numpy()))
+    assert cosine < 0.999 and float(np.linalg.norm(want - batch.gradient.numpy())) > 0.01 * np.linalg.norm(want)
+
+
+def test_per_prompt_balance_of_one_prompt_is_the_batch_rule_and_cap_applies_per_prompt():
+    theta, actions, adv = _per_prompt_case()
+    param = torch.tensor(theta, dtype=torch.float64, requires_grad=True)
+    logp = torch.log_softmax(param, -1)[torch.as_tensor(actions[:1].reshape(-1))][:, None]
+    terms = policy_loss_terms(logp, logp.detach(), None, torch.as_tensor(adv[:1].reshape(-1)), torch.ones_like(logp),
+                              aggregation="dapo", counts=BatchCounts(sequences=4, tokens=4, max_len=1), beta=0.0,
+                              eps_low=0.2, eps_high=0.2)
+    for cap in (False, True):
+        positives, negatives = terms.by_group(4)
+        one = balance_per_prompt(list(positives), list(negatives), terms.kl, [param], eps=1e-8, cap=cap)
+        g_pos, g_neg, g_kl = split_gradients([terms.positive, terms.negative, terms.kl], [param])
+        batch = combine(g_pos, g_neg, g_kl, eps=1e-8, cap=cap)
+        torch.testing.assert_close(one.gradient, batch.gradient, rtol=0, atol=1e-15)
+        assert one.scale == pytest.approx(batch.scale, rel=1e-12)
+    with pytest.raises(ValueError, match="do not split into groups of 3"):
+        terms.by_group(3)

@@ -37,6 +37,26 @@ def test_a_kl_weight_with_self_distillation_is_refused():
     assert rl_config_from_dict(merge(BASE, {"loss": {"algorithm": "self_distillation", "beta": 0}})).loss.beta == 0
 
 
+@pytest.mark.parametrize("scale", ["group", "batch"])
+def test_self_distillation_refuses_std_scaled_advantages(scale):
+    """Nautile §4.4 scores "without standard-deviation normalization": A = r − mean weighs a prompt solved
+    once in 4 at 0.75 and one solved twice at 0.5 (× 1.5); ÷ group std gives 1.5 and 0.866 (× 1.73)."""
+    from assocmem.training.rl.advantages import group_advantages
+
+    r = torch.tensor([[1.0, 0, 0, 0], [1, 1, 0, 0]], dtype=torch.float64)
+    kept = lambda a: [float(a[0, 0]), float(a[1, 0])]  # noqa: E731  the first completion of each group is kept
+    assert kept(group_advantages(r, "none")) == [0.75, 0.5]
+    np.testing.assert_allclose(kept(group_advantages(r, "group")), [0.75 / (0.5 + 1e-4), 0.5 / (3 ** -0.5 + 1e-4)],
+                               rtol=0, atol=1e-15)
+    with pytest.raises(ConfigError, match=rf"rollout.advantage_scale: {scale} divides the advantages by a standard "
+                                          r"deviation.*self_distillation.*set rollout.advantage_scale: none"):
+        rl_config_from_dict(merge(BASE, {"rollout": {"advantage_scale": scale},
+                                         "loss": {"algorithm": "self_distillation", "beta": 0}}))
+    assert rl_config_from_dict(merge(BASE, {"rollout": {"advantage_scale": scale}})).rollout.advantage_scale == scale
+    assert rl_config_from_dict(merge(BASE, {"loss": {"algorithm": "self_distillation", "beta": 0}})
+                               ).rollout.advantage_scale == "none"
+
+
 def test_set_overrides_are_validated(tmp_path):
     path = write_config(tmp_path, "x")
     assert load_rl_config(path, ["loss.algorithm=self_distillation", "loss.beta=0"]).loss.algorithm == "self_distillation"

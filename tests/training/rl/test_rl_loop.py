@@ -28,9 +28,11 @@ def _train_records(run_dir):
     return [r for r in read_log(run_dir / "log.jsonl") if r["split"] == "train"]
 
 
-@pytest.mark.parametrize("algorithm", ["policy_gradient", "balanced", "self_distillation"])
+@pytest.mark.parametrize("algorithm", ["policy_gradient", "balanced", "balanced_batch", "self_distillation"])
 def test_a_run_writes_the_run_folder(tmp_path, algorithm):
     loss = {"algorithm": algorithm, **({"beta": 0.0} if algorithm == "self_distillation" else {})}  # SD takes no KL
+    if algorithm == "balanced_batch":
+        loss = {"algorithm": "balanced", "balance": "batch"}
     cfg = load_rl_config(write_config(tmp_path, algorithm, {"loss": loss,
                                                             "train": {"steps": 3, "eval_every": 2}}))
     summary = train_rl(cfg)
@@ -49,7 +51,7 @@ def test_a_run_writes_the_run_folder(tmp_path, algorithm):
     assert (run / "curves.png").stat().st_size > 0 and (run / "final" / "config.json").is_file()
     with pytest.raises(FileExistsError, match="already exists"):
         train_rl(cfg)
-    if algorithm == "balanced":
+    if algorithm == "balanced_batch":
         for r in train:
             if r["g_neg_norm"] > 0:
                 assert r["neg_scale"] == pytest.approx(r["g_pos_norm"] / (r["g_neg_norm"] + 1e-8), rel=1e-6)

@@ -59,13 +59,16 @@ def test_tensors_rewards_and_advantages(model):
 
 
 def test_mastered_groups_are_dropped_and_counted(model):
-    if "test_mastered_rows" not in REWARDS:  # prompt 0's group scores 1 everywhere, the others 0 and 1
+    """Prompt 0 scores 1 everywhere (mastered), prompt 1 [0.6, 1, 1, 1] (mean 0.9 > 0.85, one completion below:
+    kept, as every completion must be above), prompt 2 alternates 0 and 1."""
+    if "test_mastered_rows" not in REWARDS:
         register_reward("test_mastered_rows", lambda t, problems, responses: [
-            [1.0] * len(g) if p is PROBLEMS[0] else [float(j % 2) for j in range(len(g))]
-            for p, g in zip(problems, responses)])
+            [1.0] * len(g) if p is PROBLEMS[0] else [0.6] + [1.0] * (len(g) - 1) if p is PROBLEMS[1]
+            else [float(j % 2) for j in range(len(g))] for p, g in zip(problems, responses)])
     rollout = RolloutConfig(group_size=4, reward="test_mastered_rows", max_new_tokens=6,
-                            mastered=Mastered(mean_above=0.9, min_above=0.5))
+                            mastered=Mastered(every_above=0.85, min_above=0.5))
     batch = collect(model, TASK, PROBLEMS, [0, 1, 2], step=0, seed=0, rollout=rollout)
     assert batch.skipped_groups == 1 and batch.completion_ids.shape[0] == 8
-    assert batch.rewards.tolist() == [0.0, 1.0, 0.0, 1.0] * 2 and batch.all_rewards.shape == (3, 4)
+    assert batch.rewards.tolist() == [0.6, 1.0, 1.0, 1.0, 0.0, 1.0, 0.0, 1.0] and batch.all_rewards.shape == (3, 4)
+    np.testing.assert_allclose(batch.advantages[:4].numpy(), [-0.3, 0.1, 0.1, 0.1], rtol=0, atol=1e-15)
     assert batch.correct.shape == (3, 4)  # the checker's verdict is kept for every group

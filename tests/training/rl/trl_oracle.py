@@ -31,8 +31,10 @@ class _OneProcess:
 
 def trl_loss(logp: torch.Tensor, old_logp: torch.Tensor | None, ref_logp: torch.Tensor | None,
              advantages: torch.Tensor, mask: torch.Tensor, *, loss_type: str, beta: float, eps_low: float,
-             eps_high: float, max_completion_length: int, num_items_in_batch: float | None = None) -> torch.Tensor:
-    """TRL's loss for per-token log-probs ``logp`` [B, T] (a tensor in the autograd graph)."""
+             eps_high: float, max_completion_length: int, num_items_in_batch: float | None = None,
+             use_bias_correction_kl: bool = False) -> torch.Tensor:
+    """TRL's loss for per-token log-probs ``logp`` [B, T] (a tensor in the autograd graph); TRL's own default
+    of ``use_bias_correction_kl`` is True, the oracle's False unless asked."""
     trainer = object.__new__(GRPOTrainer)
     fields = dict(
         top_entropy_quantile=1.0, aux_loss_enabled=False, off_policy_mask_threshold=None,
@@ -41,7 +43,7 @@ def trl_loss(logp: torch.Tensor, old_logp: torch.Tensor | None, ref_logp: torch.
         model=SimpleNamespace(training=True), current_gradient_accumulation_steps=1,
         accelerator=_OneProcess(), _entropy_bonus_enabled=False, _metrics={"train": defaultdict(list)},
         max_completion_length=max_completion_length,
-        args=SimpleNamespace(use_bias_correction_kl=False, delta=None, steps_per_generation=1),
+        args=SimpleNamespace(use_bias_correction_kl=use_bias_correction_kl, delta=None, steps_per_generation=1),
     )
     for key, value in fields.items():
         object.__setattr__(trainer, key, value)
