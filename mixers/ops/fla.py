@@ -40,7 +40,7 @@ FLA kernel takes, stays float64 throughout, for FLA's naive references re-typed 
 kernels: a namespace holding FLA's entry points under their FLA names and signatures; None means
 ``fla.ops``, imported at the first call (it needs triton and a GPU, so never at import time). This
 is the injection point: on CPU the tests pass FLA's own pure-torch naive references under the same
-names (tests/mixers/fla_naive.py), so the mapping above is checked without a GPU.
+names (mixers/external.py fla_naive_kernels; tests/mixers/test_fla_backend.py), so the mapping above is checked without a GPU.
 """
 from __future__ import annotations
 
