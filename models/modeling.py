@@ -32,7 +32,7 @@ from .blocks import Block, ResidualStreams, build_norm
 from .cache import AssocMemCache
 from .config import HybridConfig
 from .extensions import ExtensionSlot
-from .packed import run_packed
+from .packed import PACKING_KWARGS, packed_boundaries, run_packed
 from .upgrade import upgrade_hybrid
 
 
@@ -52,13 +52,13 @@ def take_cache(cache: AssocMemCache | None, past_key_values: AssocMemCache | Non
 
 
 # Keywords HF callers pass to a model's forward besides the ones it names, and what happens to each.
+# Packed documents (models/packed.PACKING_KWARGS): each document runs from an empty state, blind to
+# the others, and the loss skips the predictions across a boundary. Otherwise positions are the
+# tokens' order (each row's real tokens from 0 under left padding, continued by the cache), and
+# position_ids are not read.
 HF_KWARGS = {
-    "position_ids": "accepted, not read: positions are the tokens' order (each row's real tokens from 0 under "
-                    "left padding, continued by the cache)",
+    **{name: f"packed documents: {meaning}" for name, meaning in PACKING_KWARGS.items()},
     "cache_position": "checked: must be past, ..., past + T - 1 (the tokens the cache has seen, then these)",
-    "cu_seqlens": "packed documents: input [1, total] split at cu_seqlens [N + 1] (FLA's varlen convention); "
-                  "each document runs from an empty state, blind to the others (models/packed.py); the loss "
-                  "skips the predictions across a boundary",
     "output_attentions": "refused when True: the recurrent mixers have no attention matrix (use "
                          "output_hidden_states or the probes)",
 }
@@ -245,6 +245,16 @@ class AssocMemPreTrainedModel(PreTrainedModel):
             init.zeros_(module.offset)
 
 
+def _batch_shape(input_ids, inputs_embeds) -> tuple[int, int]:
+    """(B, T) of the one input given."""
+    if (input_ids is None) == (inputs_embeds is None):
+        raise ValueError("give exactly one of input_ids and inputs_embeds")
+    tokens = input_ids if input_ids is not None else inputs_embeds
+    if tokens.dim() < 2:
+        raise ValueError(f"input_ids must be [B, T] (inputs_embeds [B, T, d]), got {tuple(tokens.shape)}")
+    return tokens.shape[0], tokens.shape[1]
+
+
 def _run_block(block: Block, mask: torch.Tensor | None, h: torch.Tensor, *streams: torch.Tensor):
     """One block without a cache, every tensor that needs a gradient positional (as reentrant
     checkpointing requires): the hidden state, then the earlier residual streams it reads."""
@@ -294,14 +304,15 @@ class AssocMemModel(AssocMemPreTrainedModel):
         hidden_states (when asked): the residual stream entering the first block and after every
         block (before the final norm), L + 1 tensors [B, T, d]. Other HF keywords: see HF_KWARGS.
         """
-        cu_seqlens = kwargs.pop("cu_seqlens", None)
+        cache = take_cache(cache, past_key_values)
+        cu_seqlens = packed_boundaries(kwargs, *_batch_shape(input_ids, inputs_embeds),
+                                       padded=attention_mask is not None, cached=cache is not None)
         if cu_seqlens is not None:
-            return self._packed(input_ids, inputs_embeds, cu_seqlens, attention_mask=attention_mask,
-                                cache=take_cache(cache, past_key_values), use_cache=use_cache,
-                                output_hidden_states=output_hidden_states, return_dict=return_dict, **kwargs)
+            return self.forward_packed(input_ids, inputs_embeds, cu_seqlens, attention_mask=attention_mask,
+                                       cache=cache, use_cache=use_cache, output_hidden_states=output_hidden_states,
+                                       return_dict=return_dict, **kwargs)
         h = self._embed(input_ids, inputs_embeds)
         B, T, _ = h.shape
-        cache = take_cache(cache, past_key_values)
         check_hf_kwargs(kwargs, past=0 if cache is None or not isinstance(cache, AssocMemCache) else cache.seen_tokens,
                         T=T)
         checkpointing = self.gradient_checkpointing and self.training and torch.is_grad_enabled()
@@ -329,32 +340,33 @@ class AssocMemModel(AssocMemPreTrainedModel):
                                       hidden_states=None if hidden is None else tuple(hidden))
         return out if return_dict is not False else out.to_tuple()
 
-    def _packed(self, input_ids, inputs_embeds, cu_seqlens, *, attention_mask, cache, use_cache,
-                output_hidden_states, return_dict, **kwargs):
-        """The forward of documents packed in one row (HF_KWARGS["cu_seqlens"]): the whole stack runs
-        on each group of equal-length documents, and the outputs go back to their places."""
+    def forward_packed(self, input_ids, inputs_embeds, cu_seqlens: torch.Tensor, *, attention_mask=None, cache=None,
+                       use_cache: bool | None = None, output_hidden_states: bool | None = None,
+                       return_dict: bool | None = None, **kwargs):
+        """The forward of packed documents: input_ids [B, T] (or inputs_embeds [B, T, d]) laid end to
+        end as one row [1, B·T] split at cu_seqlens [N + 1] (``packed_boundaries``). The whole stack runs
+        on each group of equal-length documents and the outputs go back to their places: [B, T, d]."""
         refused = {"attention_mask": attention_mask is not None, "a cache": cache is not None or bool(use_cache),
                    "output_hidden_states": bool(output_hidden_states)}
         if any(refused.values()):
-            raise ValueError(f"cu_seqlens (packed documents) cannot be combined with "
+            raise ValueError(f"packed documents cannot be combined with "
                              f"{[name for name, given in refused.items() if given]}: pad the documents into a "
                              f"batch for those")
+        B, T = _batch_shape(input_ids, inputs_embeds)
+        check_hf_kwargs(kwargs, past=0, T=T)
         tokens = input_ids if input_ids is not None else inputs_embeds
-        if tokens is None:
-            raise ValueError("give exactly one of input_ids and inputs_embeds")
-        check_hf_kwargs(kwargs, past=0, T=tokens.shape[1])
+        row = tokens.reshape(1, B * T, *tokens.shape[2:])                     # [1, B·T] or [1, B·T, d]
 
         def stack(group, _state):
             ids, embeds = (group, None) if input_ids is not None else (None, group)
             return self.forward(input_ids=ids, inputs_embeds=embeds, use_cache=False).last_hidden_state, None
 
-        h, _ = run_packed(stack, tokens, cu_seqlens, return_state=False)
-        out = BaseModelOutputWithPast(last_hidden_state=h, **{CACHE_FIELD: None})
+        h, _ = run_packed(stack, row, cu_seqlens, return_state=False)
+        out = BaseModelOutputWithPast(last_hidden_state=h.reshape(B, T, h.shape[-1]), **{CACHE_FIELD: None})
         return out if return_dict is not False else out.to_tuple()
 
     def _embed(self, input_ids, inputs_embeds) -> torch.Tensor:
-        if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError("give exactly one of input_ids and inputs_embeds")
+        _batch_shape(input_ids, inputs_embeds)
         if inputs_embeds is not None:
             if inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != self.config.hidden_size or \
                     inputs_embeds.shape[1] < 1:
@@ -465,15 +477,18 @@ class AssocMemForCausalLM(AssocMemPreTrainedModel, GenerationMixin):
 
         num_items_in_batch (HF Trainer, gradient accumulation): the loss is the sum over this batch's
         labelled tokens divided by it, so accumulated micro-batches average over all their tokens."""
-        out = self.model(input_ids=input_ids, attention_mask=attention_mask, cache=take_cache(cache, past_key_values),
-                         inputs_embeds=inputs_embeds, use_cache=use_cache, output_hidden_states=output_hidden_states,
-                         **kwargs)
+        cache = take_cache(cache, past_key_values)
+        cu_seqlens = packed_boundaries(kwargs, *_batch_shape(input_ids, inputs_embeds),
+                                       padded=attention_mask is not None, cached=cache is not None)
+        call = self.model if cu_seqlens is None else partial(self.model.forward_packed, cu_seqlens=cu_seqlens)
+        out = call(input_ids=input_ids, attention_mask=attention_mask, cache=cache, inputs_embeds=inputs_embeds,
+                   use_cache=use_cache, output_hidden_states=output_hidden_states, **kwargs)
         h = out.last_hidden_state
         logits = self.lm_head(h[:, -logits_to_keep:] if logits_to_keep else h)
         loss = None
-        if labels is not None and kwargs.get("cu_seqlens") is not None:
-            labels = labels.clone()
-            labels[:, kwargs["cu_seqlens"][1:-1]] = -100  # a document's first token is not predicted from the last one
+        if labels is not None and cu_seqlens is not None:
+            labels = labels.clone()  # a document's first token is not predicted from the one before
+            labels.view(-1)[cu_seqlens[1:-1].to(labels.device)] = -100  # [B, T] laid end to end as cu_seqlens has it
         if labels is not None:
             flat = logits[:, :-1].flatten(0, 1)
             flat = flat if flat.dtype in (torch.float32, torch.float64) else flat.float()  # bf16/fp16 -> fp32

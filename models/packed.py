@@ -6,8 +6,10 @@ Every document starts from an empty state (or from row i of a given state) and s
 tokens, so the result equals running the documents one by one: no state or attention crosses a
 boundary. Documents of equal length run as one batch (one call per distinct length).
 
-``cu_seqlens_from_positions`` reads the boundaries of a batch of packed rows from their
-``position_ids`` (transformers' convention for packed sequences: positions restart at each document).
+``packed_boundaries`` reads the boundaries from whichever keywords a caller marks them with
+(PACKING_KWARGS): cu_seqlens itself, the flattening collators' flash-attention keywords and sequence
+index, or ``position_ids`` restarting at each document (``cu_seqlens_from_positions``, transformers'
+rule for packed sequences).
 """
 from __future__ import annotations
 
@@ -48,6 +50,86 @@ def cu_seqlens_from_positions(position_ids: torch.Tensor) -> torch.Tensor:
     starts[:, 1:] = position_ids[:, 1:] != position_ids[:, :-1] + 1
     offsets = starts.flatten().nonzero().squeeze(1)                             # [N] in the row [1, B·T]
     return torch.cat([offsets, offsets.new_tensor([B * T])])
+
+
+# The keywords that mark packed documents (HF's DataCollatorWithFlattening, TRL's padding_free collator,
+# FLA's varlen convention) and what each says. All that a caller gives must agree.
+PACKING_KWARGS = {
+    "cu_seqlens": "[N + 1] document boundaries of the row [1, total] (FLA's varlen convention)",
+    "cu_seq_lens_q": "[N + 1] the same boundaries under the flash-attention name (DataCollatorWithFlattening"
+                     "(return_flash_attn_kwargs=True), TRL padding_free)",
+    "cu_seq_lens_k": "[N + 1] must equal cu_seq_lens_q (the keys are the queries' own documents)",
+    "max_length_q": "the longest document's length, checked against the boundaries",
+    "max_length_k": "must equal max_length_q",
+    "seq_idx": "[1, total] each token's document index (DataCollatorWithFlattening(return_seq_idx=True), TRL "
+               "padding_free): a document starts where it changes",
+    "position_ids": "[B, T] read only without attention_mask and cache, as transformers does: a document starts "
+                    "at each row's first token and wherever p_t != p_{t-1} + 1; rows of one document each are "
+                    "not packed",
+}
+
+
+def cu_seqlens_from_seq_idx(seq_idx: torch.Tensor) -> torch.Tensor:
+    """cu_seqlens [N + 1] of a row whose tokens carry their document's index, seq_idx [1, total]."""
+    if seq_idx.dim() != 2 or seq_idx.shape[0] != 1 or seq_idx.dtype.is_floating_point or seq_idx.shape[1] < 1:
+        raise ValueError(f"seq_idx must be an integer tensor [1, total] with total >= 1, got {seq_idx.dtype} "
+                         f"{tuple(seq_idx.shape)}")
+    row = seq_idx[0]
+    starts = torch.ones_like(row, dtype=torch.bool)
+    starts[1:] = row[1:] != row[:-1]
+    offsets = starts.nonzero().squeeze(1)
+    return torch.cat([offsets, offsets.new_tensor([row.numel()])])
+
+
+def packed_boundaries(kwargs: dict, B: int, T: int, *, padded: bool, cached: bool) -> torch.Tensor | None:
+    """cu_seqlens [N + 1] of the input [B, T] laid end to end as one row [1, B·T], read from (and
+    removed from) the PACKING_KWARGS in ``kwargs``; None when the input holds no packed documents.
+
+    padded / cached: an attention_mask or a cache came with the call; transformers then leaves
+    position_ids unread for packing (masking_utils._preprocess_mask_arguments), and so does this.
+    Boundaries given by several keywords must be equal; cu_seqlens, seq_idx and the flash-attention
+    keywords describe one row, so they need B = 1.
+    """
+    given = {name: kwargs.pop(name) for name in list(PACKING_KWARGS) if kwargs.get(name) is not None}
+    kwargs.pop("position_ids", None)
+    lengths = {name: int(given.pop(name)) for name in ("max_length_q", "max_length_k") if name in given}
+    sources = {}
+    for name in ("cu_seqlens", "cu_seq_lens_q", "cu_seq_lens_k"):
+        if name in given:
+            value = torch.as_tensor(given[name])
+            if value.dim() != 1 or value.dtype.is_floating_point:
+                raise ValueError(f"{name} must be a 1-D integer tensor (0, b_1, ..., total), got {value.dtype} "
+                                 f"{tuple(value.shape)}")
+            sources[name] = value.to("cpu", torch.long)
+    if "seq_idx" in given:
+        sources["seq_idx"] = cu_seqlens_from_seq_idx(given["seq_idx"]).cpu()
+    if sources and B != 1:
+        raise ValueError(f"{sorted(sources)} mark documents in one packed row [1, total], got a batch of {B} rows: "
+                         f"lay the documents end to end in one row")
+    positions = given.get("position_ids")
+    if positions is not None and not (padded or cached):
+        if positions.dim() == 2 and positions.shape[0] == 1 and B > 1:  # unsqueezed, not expanded (transformers)
+            positions = positions.expand(B, -1)
+        if positions.dim() != 2 or tuple(positions.shape) != (B, T):
+            raise ValueError(f"position_ids must be [B, T] = [{B}, {T}] (or [1, T]), got {tuple(positions.shape)}")
+        cu = cu_seqlens_from_positions(positions).cpu()
+        if len(cu) > B + 1 or sources:  # a row holds several documents (otherwise rows are plain sequences)
+            sources["position_ids"] = cu
+    if not sources:
+        if lengths:
+            raise ValueError(f"{sorted(lengths)} came without document boundaries: give cu_seq_lens_q / "
+                             f"cu_seqlens / seq_idx / packed position_ids with them")
+        return None
+    (first, cu), *others = sources.items()
+    for name, other in others:
+        if not torch.equal(cu, other):
+            raise ValueError(f"the packed documents disagree: {first} gives boundaries {cu.tolist()}, {name} gives "
+                             f"{other.tolist()}")
+    longest = int(cu.diff().max()) if len(cu) > 1 else 0
+    for name, value in lengths.items():
+        if value != longest:
+            raise ValueError(f"{name}={value} but the longest document of {first} {cu.tolist()} has {longest} tokens")
+    return cu
 
 
 def gather(x: torch.Tensor, starts: torch.Tensor, length: int) -> torch.Tensor:

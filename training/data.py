@@ -32,9 +32,10 @@ def pack_dataset(raw: datasets.Dataset, tokenizer, seq_len: int, *, text_field: 
 
     documents="separate" adds ``position_ids`` [num_blocks, seq_len], each token's place in its
     document (0 at a document's first token; a document cut by a block boundary continues its count),
-    so that the model reads every document on its own (``CausalLMObjective``: cu_seqlens for
-    assocmem models, transformers' packed-sequence masks for others), and sets the label of each
-    document's first token to -100: it is not predicted from the document before.
+    so that the model reads every document on its own (``CausalLMObjective`` passes them to the
+    model: document boundaries for assocmem models, transformers' packed-sequence masks for others),
+    and sets the label of each document's first token to -100: it is not predicted from the document
+    before.
     """
     if text_field not in raw.column_names:
         raise ValueError(f"text_field {text_field!r} is not a column of the data; columns: {raw.column_names}")

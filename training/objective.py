@@ -15,10 +15,10 @@ two give the same loss for models whose logits are ``lm_head(decoder(x))``;
 refuses models for which it does not hold (e.g. logit soft-capping).
 
 ``position_ids`` [B, T] (packed documents, ``data.documents: separate``): each row holds several
-documents, positions restarting at each. An assocmem model reads the rows laid end to end as one
-packed row split by ``cu_seqlens`` (models/packed.py: states reset at every document); another
-transformers model gets the position_ids without a cache, from which transformers builds a
-block-diagonal causal mask. ``check_documents_apart`` verifies before training that the model
+documents, positions restarting at each. The model gets them without a cache and without an
+attention mask, the call in which transformers reads them as document boundaries: a transformers
+model builds a block-diagonal causal mask, an assocmem model runs each document from an empty state
+(models/packed.py). ``check_documents_apart`` verifies before training that the model
 reads a document without the one before it, and refuses a model that does not.
 """
 from __future__ import annotations
@@ -77,13 +77,6 @@ def first_output(net: nn.Module, input_ids: torch.Tensor, attention_mask: torch.
         return net(input_ids=input_ids, attention_mask=attention_mask)[0]
     if attention_mask is not None:
         raise ValueError("packed documents (position_ids) come without padding: attention_mask must be None")
-    from assocmem.models import AssocMemPreTrainedModel, cu_seqlens_from_positions
-
-    if isinstance(net, AssocMemPreTrainedModel):
-        B, T = input_ids.shape
-        cu_seqlens = cu_seqlens_from_positions(position_ids)                  # [N + 1] of the row [1, B·T]
-        out = net(input_ids=input_ids.reshape(1, B * T), cu_seqlens=cu_seqlens, use_cache=False)[0]
-        return out.reshape(B, T, *out.shape[2:])                              # [1, B·T, ...] -> [B, T, ...]
     return net(input_ids=input_ids, position_ids=position_ids, use_cache=False)[0]
 
 
