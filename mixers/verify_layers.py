@@ -86,7 +86,7 @@ def _decode(case: LayerCase, B: int, T: int, seed: int):
     x = _input(B, T, torch.float64, seed, spec_from_hf(ref.layer)[1])
     prefill = T - 5
     with float64_retyped(case.module()), torch.no_grad():
-        cache = ref.new_cache()
+        cache = ref.new_cache(x)
         theirs = [ref.run(x[:, :prefill], 0, cache)] + [ref.run(x[:, t:t + 1], t, cache) for t in range(prefill, T)]
         y, state = ours(x[:, :prefill])
         mine = [y]

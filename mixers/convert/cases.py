@@ -2,7 +2,8 @@
 
 Each ``LayerCase`` builds one transformers layer at a small, awkward shape (K ≠ V, grouped heads,
 biases where the family has them) and says how to run it, how to open its own cache and which of
-the cache's tensors correspond to our decode state. ``build`` is called inside
+the cache's tensors correspond to our decode state. Caches are opened, passed and read through
+hf_cache.py, the same way on every transformers release of the declared range. ``build`` is called inside
 ``float64_retyped(modeling)`` for float64 runs, so what the layer computes at construction (RoPE
 frequencies) is re-typed as well.
 """
@@ -16,17 +17,20 @@ from typing import Callable
 import torch
 import torch.nn as nn
 
+from .hf_cache import attention_states, call_with_cache, linear_states, new_cache
+
 D_MODEL = 32
 
 
 @dataclass
 class Reference:
-    """A built reference layer: run(x, start, cache) -> y [B, T, d]; new_cache() -> its cache;
-    states(cache, ours) -> [(name, ours, theirs)] of the decode state after the same tokens."""
+    """A built reference layer: run(x, start, cache) -> y [B, T, d]; new_cache(x) -> its empty cache
+    for a batch like x [B, T, d]; states(cache, ours) -> [(name, ours, theirs)] of the decode state
+    after the same tokens."""
 
     layer: nn.Module
     run: Callable[[torch.Tensor, int, object], torch.Tensor]
-    new_cache: Callable[[], object]
+    new_cache: Callable[[torch.Tensor], object]
     states: Callable[[object, object], list[tuple[str, torch.Tensor, torch.Tensor]]]
 
 
@@ -57,22 +61,29 @@ def randomize_(module: nn.Module, seed: int, std: float = 0.3) -> nn.Module:
 def _recurrent_states(conv_size: int):
     def states(cache, ours):
         w = conv_size - 1  # the reference keeps the last conv_size inputs, we keep conv_size − 1
-        return [("memory", ours.memory, cache.get_recurrent_state(0)),
-                ("conv", ours.conv, cache.get_conv_state(0)[..., -w:].transpose(1, 2))]
+        conv, memory = linear_states(cache, 0)
+        return [("memory", ours.memory, memory), ("conv", ours.conv, conv[..., -w:].transpose(1, 2))]
     return states
+
+
+def _linear_reference(layer: nn.Module, cfg, modeling: str, states) -> Reference:
+    """A linear-attention layer run with its cache (if any) and nothing else."""
+    module = importlib.import_module(modeling)
+    return Reference(layer, lambda x, start, cache: call_with_cache(layer, x, cache=cache),
+                     lambda x: new_cache(cfg, module, x), states)
 
 
 def _qwen3_next(hk: int, hv: int):
     def build(dtype: torch.dtype, seed: int) -> Reference:
-        from transformers import DynamicCache, Qwen3NextConfig
+        from transformers import Qwen3NextConfig
         from transformers.models.qwen3_next.modeling_qwen3_next import Qwen3NextGatedDeltaNet
 
         cfg = Qwen3NextConfig(hidden_size=D_MODEL, linear_num_key_heads=hk, linear_num_value_heads=hv,
                               linear_key_head_dim=8, linear_value_head_dim=6, num_hidden_layers=1,
                               layer_types=["linear_attention"])
         layer = randomize_(Qwen3NextGatedDeltaNet(cfg, 0).to(dtype), seed)
-        return Reference(layer, lambda x, start, cache: layer(x, cache=cache),
-                         lambda: DynamicCache(config=cfg), _recurrent_states(cfg.linear_conv_kernel_dim))
+        return _linear_reference(layer, cfg, "transformers.models.qwen3_next.modeling_qwen3_next",
+                                 _recurrent_states(cfg.linear_conv_kernel_dim))
     return build
 
 
@@ -80,21 +91,21 @@ def _qwen3_next(hk: int, hv: int):
 
 
 def _kimi_linear(dtype: torch.dtype, seed: int) -> Reference:
-    from transformers import DynamicCache, KimiLinearConfig
+    from transformers import KimiLinearConfig
     from transformers.models.kimi_linear.modeling_kimi_linear import KimiLinearDeltaAttention
 
     cfg = KimiLinearConfig(hidden_size=D_MODEL, linear_num_heads=4, linear_head_dim=8, num_hidden_layers=1,
                            layer_types=["linear_attention"])
     layer = randomize_(KimiLinearDeltaAttention(cfg, 0).to(dtype), seed)
-    return Reference(layer, lambda x, start, cache: layer(x, cache=cache), lambda: DynamicCache(config=cfg),
-                     _recurrent_states(cfg.linear_conv_kernel_dim))
+    return _linear_reference(layer, cfg, "transformers.models.kimi_linear.modeling_kimi_linear",
+                             _recurrent_states(cfg.linear_conv_kernel_dim))
 
 
 # ------------------------------------------------------------------ Mamba2
 
 
 def _mamba2(dtype: torch.dtype, seed: int) -> Reference:
-    from transformers import DynamicCache, Mamba2Config
+    from transformers import Mamba2Config
     from transformers.models.mamba2.modeling_mamba2 import Mamba2Mixer
 
     cfg = Mamba2Config(hidden_size=D_MODEL, num_heads=4, head_dim=8, state_size=6, n_groups=2, expand=1,
@@ -107,11 +118,11 @@ def _mamba2(dtype: torch.dtype, seed: int) -> Reference:
     def states(cache, ours):
         """Its state [B, H, P, N] is our S [B, H, N, P] transposed; its conv channels are [x, B, C], ours [C, B, x]."""
         w = cfg.conv_kernel - 1  # it keeps the last conv_kernel inputs, we keep conv_kernel − 1
-        x, b, c = cache.get_conv_state(0)[..., -w:].transpose(1, 2).split([inner, gn, gn], dim=-1)
-        return [("memory", ours.memory, cache.get_recurrent_state(0).transpose(-1, -2)),
-                ("conv", ours.conv, torch.cat([c, b, x], dim=-1))]
+        conv, memory = linear_states(cache, 0)
+        x, b, c = conv[..., -w:].transpose(1, 2).split([inner, gn, gn], dim=-1)
+        return [("memory", ours.memory, memory.transpose(-1, -2)), ("conv", ours.conv, torch.cat([c, b, x], dim=-1))]
 
-    return Reference(layer, lambda x, start, cache: layer(x, cache=cache), lambda: DynamicCache(config=cfg), states)
+    return _linear_reference(layer, cfg, "transformers.models.mamba2.modeling_mamba2", states)
 
 
 # ------------------------------------------------------------------ Mamba
@@ -155,12 +166,13 @@ def _attention(family: str, prefix: str, **options):
 
         def run(x, start, cache):
             pos = torch.arange(start, start + x.shape[1], device=x.device)[None]
-            return layer(x, position_embeddings=rotary(x, pos), attention_mask=None, cache=cache)[0]
+            return call_with_cache(layer, x, position_embeddings=rotary(x, pos), attention_mask=None, cache=cache)[0]
 
         def states(cache, ours):
-            return [("keys", ours.keys, cache.layers[0].keys), ("values", ours.values, cache.layers[0].values)]
+            keys, values = attention_states(cache, 0)
+            return [("keys", ours.keys, keys), ("values", ours.values, values)]
 
-        return Reference(layer, run, lambda: transformers.DynamicCache(config=cfg), states)
+        return Reference(layer, run, lambda x: transformers.DynamicCache(config=cfg), states)
     return build
 
 
