@@ -133,6 +133,10 @@ def verify_main(args: argparse.Namespace) -> int:
                          f"(layers exist for: {', '.join(sorted({c.preset for c in LAYER_CASES.values()}))})")
     print_table(results)
     print()
+    names = {s.name for s in specs}
+    for case in LAYER_CASES.values():
+        if case.preset in names and case.unavailable():
+            print(f"not run: layer vs transformers {case.name}: {case.unavailable()}")
     for spec in specs:
         for line in backend_lines(spec):
             print(f"{spec.name or 'custom':22s}  backend {line}")

@@ -14,8 +14,6 @@ same input and cotangent. Four pairs per case:
 """
 from __future__ import annotations
 
-import importlib.util
-
 import torch
 import torch.nn as nn
 
@@ -28,14 +26,10 @@ F32_RTOL = 1e-5  # float32 layer vs the published float32 layer, relative to eac
 
 
 def available_cases(presets: list[str] | None = None) -> list[LayerCase]:
-    """The cases whose transformers module is installed (and whose preset is in ``presets``, if given)."""
-    out = []
-    for case in LAYER_CASES.values():
-        if presets is not None and case.preset not in presets:
-            continue
-        if importlib.util.find_spec(case.modeling.rsplit(".", 1)[0]) is not None:
-            out.append(case)
-    return out
+    """The cases the installed transformers can run (LayerCase.unavailable), whose preset is in
+    ``presets`` if given."""
+    return [case for case in LAYER_CASES.values()
+            if (presets is None or case.preset in presets) and case.unavailable() is None]
 
 
 def verify_layers(presets: list[str] | None = None, *, B: int = 2, T: int = 37, seed: int = 0) -> list[PairResult]:

@@ -10,6 +10,8 @@ frequencies) is re-typed as well.
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import inspect
 import types
 from dataclasses import dataclass
 from typing import Callable
@@ -40,9 +42,17 @@ class LayerCase:
     preset: str  # the assocmem preset it is held to
     modeling: str  # the transformers modeling module (re-typed for float64 runs)
     build: Callable[[torch.dtype, int], Reference]
+    # why the installed release's layer is not the published one (None: it is), given its module
+    differs: Callable[[types.ModuleType], str | None] = lambda module: None
 
     def module(self) -> types.ModuleType:
         return importlib.import_module(self.modeling)
+
+    def unavailable(self) -> str | None:
+        """Why this case cannot run on the installed transformers, or None."""
+        if importlib.util.find_spec(self.modeling.rsplit(".", 1)[0]) is None:
+            return f"{self.modeling} is not in the installed transformers"
+        return self.differs(self.module())
 
 
 def randomize_(module: nn.Module, seed: int, std: float = 0.3) -> nn.Module:
@@ -125,11 +135,20 @@ def _mamba2(dtype: torch.dtype, seed: int) -> Reference:
     return _linear_reference(layer, cfg, "transformers.models.mamba2.modeling_mamba2", states)
 
 
+def _mamba2_norm_ungrouped(module: types.ModuleType) -> str | None:
+    """Before transformers 5.23 Mamba2Mixer's gated RMSNorm normalises all n_groups groups at once;
+    mamba_ssm, later releases and assocmem normalise each group (the case has 2)."""
+    if "group_size" in inspect.signature(module.MambaRMSNormGated.__init__).parameters:
+        return None
+    return ("this transformers' Mamba2Mixer normalises its gated output across all groups at once (fixed in "
+            "transformers 5.23: one RMSNorm per group, as mamba_ssm); it is no oracle for n_groups > 1")
+
+
 # ------------------------------------------------------------------ Mamba
 
 
 def _mamba(dtype: torch.dtype, seed: int) -> Reference:
-    from transformers import DynamicCache, MambaConfig
+    from transformers import MambaConfig
     from transformers.models.mamba.modeling_mamba import MambaMixer
 
     cfg = MambaConfig(hidden_size=D_MODEL, state_size=6, expand=2, conv_kernel=4, time_step_rank=3,
@@ -142,10 +161,11 @@ def _mamba(dtype: torch.dtype, seed: int) -> Reference:
         """Its state h [B, D, N] is our S [B, 1, N, D] transposed; it keeps the last conv_kernel inputs, we
         keep conv_kernel − 1."""
         w = cfg.conv_kernel - 1
-        return [("memory", ours.memory, cache.get_recurrent_state(0).transpose(-1, -2)[:, None]),
-                ("conv", ours.conv, cache.get_conv_state(0)[..., -w:].transpose(1, 2))]
+        conv, memory = linear_states(cache, 0)
+        return [("memory", ours.memory, memory.transpose(-1, -2)[:, None]),
+                ("conv", ours.conv, conv[..., -w:].transpose(1, 2))]
 
-    return Reference(layer, lambda x, start, cache: layer(x, cache=cache), lambda: DynamicCache(config=cfg), states)
+    return _linear_reference(layer, cfg, "transformers.models.mamba.modeling_mamba", states)
 
 
 # ------------------------------------------------------------------ attention (Llama, Qwen2, Qwen3)
@@ -186,7 +206,7 @@ LAYER_CASES: dict[str, LayerCase] = {c.name: c for c in (
     LayerCase("MambaMixer (D=64, N=6, dt_rank 3, conv and projection biases)", "mamba",
               "transformers.models.mamba.modeling_mamba", _mamba),
     LayerCase("Mamba2Mixer (H=4, P=8, N=6, 2 groups, conv bias)", "mamba2",
-              "transformers.models.mamba2.modeling_mamba2", _mamba2),
+              "transformers.models.mamba2.modeling_mamba2", _mamba2, differs=_mamba2_norm_ungrouped),
     LayerCase("LlamaAttention (GQA, biases)", "softmax", "transformers.models.llama.modeling_llama",
               _attention("llama", "Llama", attention_bias=True)),
     LayerCase("Qwen2Attention (GQA, q/k/v biases)", "softmax", "transformers.models.qwen2.modeling_qwen2",

@@ -9,7 +9,8 @@ Three things differ between releases:
                                                 ``conv_states`` / ``recurrent_states`` by state index
                                                 (>= 5.17); before, each family's own class:
                                                 ``Qwen3NextDynamicCache`` (lists by layer),
-                                                ``Mamba2Cache`` (conv_states, ssm_states [L, ...])
+                                                ``Mamba2Cache`` (conv_states, ssm_states [L, ...]),
+                                                ``MambaCache`` (lists by layer)
     reading a state back                         ``Cache.get_conv_state`` / ``get_recurrent_state``
                                                 exist only from 5.24, so they are not used
 
@@ -28,7 +29,8 @@ import torch.nn as nn
 CACHE_KEYWORDS = ("cache", "cache_params", "past_key_values")
 # the family caches of the releases before DynamicCache held linear-attention layers: class -> its
 # constructor's arguments besides the config
-FAMILY_CACHES = {"Qwen3NextDynamicCache": (), "Mamba2Cache": ("batch_size", "dtype", "device")}
+FAMILY_CACHES = {"Qwen3NextDynamicCache": (), "Mamba2Cache": ("batch_size", "dtype", "device"),
+                 "MambaCache": ("max_batch_size", "dtype", "device")}
 
 
 def cache_keyword(layer: nn.Module) -> str:
@@ -53,7 +55,7 @@ def new_cache(config, modeling: types.ModuleType, x: torch.Tensor):
     for name, extra in FAMILY_CACHES.items():
         family = getattr(modeling, name, None)
         if family is not None:
-            given = {"batch_size": x.shape[0], "dtype": x.dtype, "device": x.device}
+            given = {"batch_size": x.shape[0], "max_batch_size": x.shape[0], "dtype": x.dtype, "device": x.device}
             return family(config, **{k: given[k] for k in extra})
     from transformers import DynamicCache
 

@@ -8,7 +8,7 @@ import torch
 
 from assocmem.mixers.convert import from_hf
 from assocmem.mixers.convert.cases import LAYER_CASES
-from assocmem.mixers.verify_layers import build_reference, available_cases, compare, verify_layers
+from assocmem.mixers.verify_layers import build_reference, compare, verify_layers
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -16,8 +16,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 @pytest.mark.parametrize("name", LAYER_CASES)
 def test_layer_pairs(name):
     case = LAYER_CASES[name]
-    if case not in available_cases():
-        pytest.skip(f"{case.modeling} is not in the installed transformers")
+    if case.unavailable():
+        pytest.skip(case.unavailable())
     results = [r for r in verify_layers([case.preset]) if name in r.pair]
     assert len(results) == 4
     for r in results:
