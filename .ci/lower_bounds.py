@@ -1,6 +1,7 @@
 """Print pip constraints that pin every dependency of pyproject.toml at the lowest version its range
 allows (``name>=X`` -> ``name==X``), for ``make test-oldest``. Ranges without a lower bound are
-skipped. Usage: python .ci/lower_bounds.py [EXTRA ...] > oldest.txt"""
+skipped, and so is an extra that names other extras of assocmem (``assocmem[test]``): pass those
+extras themselves. Usage: python .ci/lower_bounds.py [EXTRA ...] > oldest.txt"""
 from __future__ import annotations
 
 import re

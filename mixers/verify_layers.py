@@ -7,7 +7,7 @@ same input and cotangent. Four pairs per case:
   1. float64: output, input gradient and every parameter gradient (ours mapped to the reference's
      names by the converter), the reference re-typed to float64 (mixers/retype.py); ≤ 1e-10.
   2. float32: the same against the reference as published, each tensor's max error relative to its
-     largest entry; ≤ 1e-5.
+     largest entry; ≤ 2e-5.
   3. decode: prefill, then one token at a time through the reference's own cache and our state;
      outputs and the final decode state (float64, re-typed); ≤ 1e-10.
   4. weights: ``to_hf(from_hf(m))`` gives back m's tensors bit for bit; 0.
@@ -22,7 +22,9 @@ from .convert.cases import LAYER_CASES, LayerCase, Reference
 from .retype import float64_retyped
 from .verify import EXACT_ATOL, PairResult
 
-F32_RTOL = 1e-5  # float32 layer vs the published float32 layer, relative to each tensor's largest entry
+F32_RTOL = 2e-5  # float32 layer vs the published float32 layer, relative to each tensor's largest entry: measured
+# <= 7.5e-6 on transformers >= 5.17, 1.4e-5 on 5.4 (before 5.20 its gated-delta chunk form builds the decay
+# mask with .float())
 
 
 def available_cases(presets: list[str] | None = None) -> list[LayerCase]:

@@ -1,5 +1,5 @@
 """Every published layer of mixers/convert/cases.py against its preset layer, weight for weight
-(mixers/verify_layers.py: float64 re-typed ≤ 1e-10, float32 as published ≤ 1e-5 relative, prefill +
+(mixers/verify_layers.py: float64 re-typed ≤ 1e-10, float32 as published ≤ 2e-5 relative, prefill +
 decode through the reference's cache, bit-exact weight round trip)."""
 from __future__ import annotations
 
@@ -27,6 +27,8 @@ def test_layer_pairs(name):
 @pytest.mark.parametrize("name", LAYER_CASES)
 def test_every_parameter_gradient_is_compared(name):
     case = LAYER_CASES[name]
+    if case.unavailable():
+        pytest.skip(case.unavailable())
     ref = build_reference(case, torch.float32, 0)
     errors = compare(ref.layer, lambda t: ref.run(t, 0, None), from_hf(ref.layer), torch.randn(1, 5, 32))
     assert sorted(errors) == sorted(["output", "grad:x"] + [f"grad:{n}" for n, _ in ref.layer.named_parameters()])
