@@ -1,5 +1,9 @@
 """transformers' Trainer runs an assocmem model as any HF causal LM: bf16 autocast and gradient
-checkpointing on, the logged loss and gradient norm of its first step equal the model's own."""
+checkpointing on, the logged loss and gradient norm of its first step equal the model's own.
+
+Trainer divides the summed token loss by its own count of the batch's label tokens
+(``num_items_in_batch``: every label at transformers 5.4, the shifted ones at 5.17 and later), so the
+expected values are the model's summed loss and its gradient over the count Trainer passed."""
 from __future__ import annotations
 
 import pytest
@@ -16,10 +20,12 @@ def test_trainer_bf16_with_gradient_checkpointing(tmp_path):
     model = build_model(HybridConfig(layers="gdn,attn", d_model=32, vocab_size=50, num_heads=2), dtype=torch.float32)
     ids = torch.randint(0, 50, (4, 70), generator=torch.Generator().manual_seed(1))
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        want = model(ids, labels=ids).loss
-    want.backward()
-    want_norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in model.parameters()]))
+        total = model(ids, labels=ids, num_items_in_batch=1).loss  # the summed token loss
+    total.backward()
+    total_norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in model.parameters()]))
     model.zero_grad()
+    counts = []
+    model.register_forward_pre_hook(lambda m, a, kw: counts.append(kw.get("num_items_in_batch")), with_kwargs=True)
     args = TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=4, max_steps=1, bf16=True,
                              gradient_checkpointing=True, report_to=[], logging_steps=1, use_cpu=True,
                              save_strategy="no", disable_tqdm=True)
@@ -28,8 +34,10 @@ def test_trainer_bf16_with_gradient_checkpointing(tmp_path):
     trainer.train()
     logged = trainer.state.log_history[0]
     assert model.model.gradient_checkpointing
-    assert logged["loss"] == pytest.approx(float(want), rel=1e-6)
+    count = float(counts[0])
+    assert count in (4 * 70, 4 * 69)  # every label, or the shifted ones (the module docstring)
+    assert logged["loss"] == pytest.approx(float(total) / count, rel=1e-6)
     # the backward recomputes each block (checkpointing) and Trainer accumulates differently: bf16-level
     # agreement of the norm (measured 2.1e-5 relative)
-    assert logged["grad_norm"] == pytest.approx(float(want_norm), rel=1e-4)
+    assert logged["grad_norm"] == pytest.approx(float(total_norm) / count, rel=1e-4)
     assert all(not torch.equal(a, p) for a, p in zip(before, model.parameters()))

@@ -125,7 +125,8 @@ def test_sft_trainer_packing_at_its_defaults(tmp_path, policy):
 @pytest.mark.parametrize("policy", POLICIES)
 def test_trainer_bf16_checkpointing_left_padding(tmp_path, policy):
     """Rows of 3 to 12 tokens left-padded into one batch (tokenizer padding_side="left"): the first
-    logged loss equals the model's own loss on that batch under the same autocast."""
+    logged loss equals the model's own summed loss on that batch under the same autocast, over the
+    count of label tokens Trainer passes (tests/training/test_hf_trainer.py)."""
     from datasets import Dataset
     from transformers import DataCollatorForLanguageModeling, Trainer, TrainingArguments
 
@@ -139,10 +140,12 @@ def test_trainer_bf16_checkpointing_left_padding(tmp_path, policy):
     assert bool((batch["attention_mask"][:, 0] == 0).any())  # left padding
     mode = CUDAAutocastPolicy() if policy == "cuda_policy" else contextlib.nullcontext()
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16), mode:
-        want = float(model(**batch).loss)
+        total = float(model(**batch, num_items_in_batch=1).loss)
+    counts = []
+    model.register_forward_pre_hook(lambda m, a, kw: counts.append(kw.get("num_items_in_batch")), with_kwargs=True)
     args = TrainingArguments(**common(tmp_path), bf16=True, gradient_checkpointing=True, learning_rate=1e-3,
                              **checkpointing_under(policy))
     trainer = Trainer(model=model, args=args, train_dataset=data, data_collator=collator)
     logged = train(trainer, model, policy)
     # the sampler may order the rows differently: each row's tokens are computed alike (measured: equal)
-    assert logged[0]["loss"] == pytest.approx(want, rel=1e-6)
+    assert logged[0]["loss"] == pytest.approx(total / float(counts[0]), rel=1e-6)
