@@ -152,12 +152,17 @@ def _set_scales(ax, panel: CurvePanel) -> None:
 
 def _log_ticks(axis, values: np.ndarray) -> None:
     """Labels of a base-10 log axis: over less than a decade (where matplotlib would label minor
-    ticks as 2×10⁰, 3×10⁰, ...) the distinct data values, at most 8, as plain numbers; otherwise
-    at most ~6 labelled decades and no minor labels."""
+    ticks as 2×10⁰, 3×10⁰, ...) the distinct data values, at most 8, as plain numbers; over data
+    that hold at most one power of ten (one labelled tick otherwise) 1-2-5 ticks as plain numbers;
+    otherwise at most ~6 labelled decades. No minor labels."""
     positive = np.unique(values[np.isfinite(values) & (values > 0)])
+    plain = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}")
     if positive.size and positive.max() / positive.min() < 10 and positive.size <= 8:
         axis.set_major_locator(matplotlib.ticker.FixedLocator(positive))
-        axis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        axis.set_major_formatter(plain)
+    elif positive.size and np.floor(np.log10(positive.max())) - np.ceil(np.log10(positive.min())) < 1:
+        axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        axis.set_major_formatter(plain)
     else:
         axis.set_major_locator(LogLocator(base=10, numticks=6))
     axis.set_minor_formatter(matplotlib.ticker.NullFormatter())

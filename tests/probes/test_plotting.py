@@ -46,6 +46,19 @@ def test_long_title_is_wrapped(tmp_path, monkeypatch):
     assert "\n" in shown and shown.replace("\n", " ") == title
 
 
+def test_a_log_axis_holding_one_power_of_ten_gets_more_than_one_label():
+    """State sizes 700..7400 (recall's vs-state panels): 1-2-5 ticks, not a lone 10³."""
+    xs = [700, 1500, 4000, 7400]
+    fig, ax = plt.subplots()
+    ax.plot(xs, [0.1] * 4)
+    _set_scales(ax, CurvePanel("t", "x", "y", {"a": (xs, [0.1] * 4)}, logx=True))
+    fig.canvas.draw()
+    lo, hi = ax.get_xlim()
+    shown = [t.get_text() for t in ax.get_xticklabels() if lo <= t.get_position()[0] <= hi]
+    assert shown == ["1000", "2000", "5000"]
+    plt.close(fig)
+
+
 def test_a_log_axis_within_a_decade_labels_the_data_values_plainly():
     """K = 2, 4, 8 on a log axis: '2', '4', '8', not matplotlib's minor labels 2×10⁰, 3×10⁰, ..."""
     for xs, want in (([2, 4, 8], ["2", "4", "8"]), ([800, 1600, 2048, 4096], ["800", "1600", "2048", "4096"])):
