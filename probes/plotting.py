@@ -62,8 +62,10 @@ def _draw_pca(ax, panel: PCAPanel, graph: nx.Graph) -> None:
     ok = np.isfinite(xy).all(1)
     colors = np.arange(len(xy))
     ax.scatter(xy[ok, 0], xy[ok, 1], c=colors[ok], cmap="viridis", s=40, zorder=2, edgecolors="k", lw=0.4)
-    for i in np.flatnonzero(ok):
-        ax.annotate(str(i), xy[i], fontsize=6, ha="center", va="center", color="w", zorder=3)
+    fills = matplotlib.colormaps["viridis"](colors / max(len(xy) - 1, 1))  # the nodes' colours, [N, 4]
+    for i in np.flatnonzero(ok):  # dark labels on the light end of viridis, white on the dark end
+        light = fills[i, :3] @ np.array([0.299, 0.587, 0.114]) > 0.5
+        ax.annotate(str(i), xy[i], fontsize=6, ha="center", va="center", color="k" if light else "w", zorder=3)
     ax.set_title(panel.title, fontsize=8)
     ax.set_xticks([])
     ax.set_yticks([])
