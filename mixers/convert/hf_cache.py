@@ -7,7 +7,7 @@ Three things differ between releases:
                                                 layers), ``past_key_values`` (attention)
     the cache of a linear-attention layer        one ``DynamicCache(config=...)`` whose layers hold
                                                 ``conv_states`` / ``recurrent_states`` by state index
-                                                (>= 5.17); before, each family's own class:
+                                                (5.17 and later); at 5.4 each family's own class:
                                                 ``Qwen3NextDynamicCache`` (lists by layer),
                                                 ``Mamba2Cache`` (conv_states, ssm_states [L, ...]),
                                                 ``MambaCache`` (lists by layer)
