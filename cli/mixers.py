@@ -91,6 +91,8 @@ def derive_main(args: argparse.Namespace) -> int:
         print(f"{'backend:' if i == 0 else '':10s} {line}")
     if spec.name in PUBLISHED_LAYERS and get_preset(spec.name) == spec:
         print(f"layer:     {PUBLISHED_LAYERS[spec.name]}")
+    if spec.reference:
+        print(f"reference: {spec.reference}  (your rule: `assocmem verify` holds it to the derivation and every form)")
     return 0
 
 
@@ -120,6 +122,8 @@ def verify_main(args: argparse.Namespace) -> int:
     from assocmem.mixers.verify_layers import verify_layers
 
     specs = [resolve_spec(n, "verify") for n in (args.names or list_presets())]
+    for spec in specs:  # a reference that cannot be imported stops verify before any work
+        _check_reference(spec)
     results: list[PairResult] = []
     if getattr(args, "device", "cpu") == "cuda":
         return _verify_cuda(specs, args)
@@ -147,6 +151,16 @@ def verify_main(args: argparse.Namespace) -> int:
             print(f"(overwriting {args.json}: verify results are regenerated output)")
         args.json.write_text(json.dumps([r.as_json() for r in results], indent=2, default=float))
     return 1 if failed else 0
+
+
+def _check_reference(spec) -> None:
+    from assocmem.mixers.references import import_reference
+
+    if spec.reference:
+        try:
+            import_reference(spec.reference)
+        except (ImportError, TypeError) as exc:
+            raise SystemExit(f"verify: spec {spec.name or 'custom'}: {exc}") from None
 
 
 def _verify_cuda(specs: list, args: argparse.Namespace, env=None) -> int:

@@ -1,13 +1,14 @@
 """Human-readable closed forms of recognised specs (thesis notation M = Sᵀ ∈ R^{V×K},
-f_M(k) = M k, so a per-key decay scales the columns of M: M diag(α_t)). Unrecognised specs are
-described as 'generic gradient step'."""
+f_M(k) = M k, so a per-key decay scales the columns of M: M diag(α_t)). Any other parametric spec
+is a generic gradient step, written out from its axes (``composed``): the bias's gradient ∇ℓ,
+the retention's step and the optimizer's composition of the two, as memories/optimizer.py takes them."""
 from __future__ import annotations
 
 from .algebra import algebra_class, window_of
 from .bias import L2, DotProduct, Huber, Lp, RemoveReplace
 from .memory import Matrix
 from .optimizer import GD, Implicit, Momentum, RetainThenGD
-from .retention import KL, L1, L2Decay, NoRetention
+from .retention import KL, L1, L2Decay, NoRetention, Proximal
 
 GENERIC = "generic gradient step"
 
@@ -125,6 +126,11 @@ def describe(spec) -> str:
 
 
 def _closed_form(spec) -> str:
+    closed = _published_form(spec)
+    return composed(spec) if closed == GENERIC else closed
+
+
+def _published_form(spec) -> str:
     cls = algebra_class(spec)
     if cls == "hebbian":
         return _hebbian(spec)
@@ -145,3 +151,64 @@ def _closed_form(spec) -> str:
         rng = "i ≤ t" if w is None else f"t − {w} < i ≤ t"
         return f"o_t = Σ_{{{rng}}} softmax_i(scale q_tᵀ k_i) v_i  (Nadaraya–Watson over the KV cache)"
     return _scan(spec)
+
+
+# ----------------------------------------------------------------- a generic gradient step, from the axes
+
+def _loss_gradient(b) -> str | None:
+    """g = ∂ℓ/∂f at the retrieval f = f_M(k_t), e = f − v_t (memories/bias.py), or None."""
+    if isinstance(b, DotProduct):
+        return "−v_t"
+    if isinstance(b, L2):
+        return "e"
+    if isinstance(b, Huber):
+        return f"clamp(e, −δ, δ), δ = {b.delta:g}"
+    if isinstance(b, Lp):
+        if b.clip is None:
+            return f"p·sign(e)|e|^(p−1), p = {b.p:g}"
+        return f"p·sign(e)·min(|e|, c)^(p−1), p = {b.p:g}, c = {b.clip:g}"
+    return None
+
+
+def _bias_gradient(spec) -> str | None:
+    """∇ℓ(M) written out: for f_M(k) = M k the outer product with k_t, else through f's Jacobian."""
+    b, m = spec.bias, spec.memory
+    plain = isinstance(m, Matrix) and m.norm == "none"
+    if isinstance(b, RemoveReplace):
+        return "∇ℓ(M) = M κ_t κ_tᵀ − v_t k_tᵀ  (removal key κ_t)" if plain else None
+    g = _loss_gradient(b)
+    if g is None:
+        return None
+    error = "" if "e" not in g.split(",")[0] else (",  e = M k_t − v_t" if plain else ",  e = f_M(k_t) − v_t")
+    if plain:
+        return f"∇ℓ(M) = g k_tᵀ,  g = {g}{error}"
+    norm = getattr(m, "norm", "none")
+    kind = m.kind if norm == "none" else f"{m.kind}({norm})"
+    return f"∇ℓ(M) = (∂f_M(k_t)/∂M)ᵀ g,  g = {g}{error}  (f_M: the {kind} memory)"
+
+
+def composed(spec) -> str:
+    """The gradient step of ``spec`` written from its axes: ∇ℓ of the bias, the retention's step (α_t M
+    for ℓ2 decay) and the optimizer's order (memories/optimizer.py); GENERIC where an axis has no text."""
+    r, o = spec.retention, spec.optimizer
+    grad = _bias_gradient(spec)
+    if grad is None:
+        return GENERIC
+    rate = "∇ℓ(M_{t-1}) diag(β_t)" if getattr(o, "rate", "scalar") == "key" else "β_t ∇ℓ(M_{t-1})"
+    if isinstance(r, KL):
+        step = "S_t = softmax_V(α_t log S_{t-1} − β_t ∇ℓ(M_{t-1})ᵀ)  (mirror descent on each key row of S = Mᵀ)"
+    elif isinstance(r, L1):
+        step = (f"M_t = M_{{t-1}} + soft(−{rate}, β_t λ),  soft(x, τ) = sign(x) max(|x| − τ, 0), "
+                f"λ = {r.lam:g}  (proximal gradient)")
+    elif isinstance(o, Momentum):
+        step = f"m_t = η_t m_{{t-1}} − {rate};  M_t = {_retained(r)} + m_t"
+    elif isinstance(o, RetainThenGD):
+        step = f"M' = {_retained(r)};  M_t = M' − {rate.replace('M_{t-1}', chr(39).join(['M', '']))}"
+    elif isinstance(o, Implicit):
+        prox = f" + {r.lam:g}/2 ‖M − M'‖²" if isinstance(r, Proximal) else ""
+        step = f"M' = {_retained(r)};  M_t = argmin_M ℓ(M) + ‖M − M'‖²/(2β_t){prox}  (Newton–CG)"
+    elif isinstance(o, GD):
+        step = f"M_t = {_retained(r)} − {rate}"
+    else:
+        return GENERIC
+    return f"{GENERIC}: {step};  {grad}"

@@ -11,11 +11,12 @@ and JSON; every axis value is tagged by its ``kind``.
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
 
 from assocmem.memories import (
     GD, L1, L2, MLP, CharacteristicFunction, ClosedForm, Diagonal, DotProduct, Huber, Implicit, KL, L2Decay,
@@ -32,6 +33,7 @@ BiasField = Annotated[
     Field(discriminator="kind")
 ]
 RetentionField = Annotated[NoRetention | L2Decay | Proximal | L1 | KL | Window, Field(discriminator="kind")]
+REFERENCE_PATTERN = r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$"  # package.module:function
 OptimizerField = Annotated[GD | RetainThenGD | Implicit | Momentum | ClosedForm, Field(discriminator="kind")]
 
 
@@ -212,6 +214,27 @@ class MixerSpec(BaseModel):
     retention: RetentionField = Field(default_factory=NoRetention, description="retention regularizer R")
     optimizer: OptimizerField = Field(default_factory=GD, description="how the per-token argmin is solved")
     layer: LayerOptions = Field(default_factory=LayerOptions, description="projections, gates, norms")
+    reference: str | None = Field(
+        None, description="your hand-written update of this spec, 'package.module:function' (a function with the op "
+        "contract's signature, importable from PYTHONPATH or an installed package): `assocmem verify` imports it "
+        "and holds it to the derivation and every lowered form as it holds the built-in rules. Only verify "
+        "imports it (never a model load), and never from a model folder or a Hub id "
+        "(docs/verification.md#your-own-reference)")
+
+    @field_validator("reference")
+    @classmethod
+    def _reference_is_a_python_name(cls, ref: str | None) -> str | None:
+        if ref is not None and not re.fullmatch(REFERENCE_PATTERN, ref):
+            raise ValueError(f"reference must be 'package.module:function', an importable Python name (not a file "
+                             f"path, a model folder or a Hub id), got {ref!r}")
+        return ref
+
+    @model_serializer(mode="wrap")
+    def _without_empty_reference(self, handler) -> dict:
+        data = handler(self)
+        if data.get("reference") is None:  # saved specs and configs stay as they were without one
+            data.pop("reference", None)
+        return data
 
     @model_validator(mode="after")
     def _compose(self) -> "MixerSpec":

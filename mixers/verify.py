@@ -9,6 +9,8 @@ ground truth) with
      recurrent depth K > 1: the hand-written unrolled K-step loop);
   2. every exact lowered form (chunk, prefix sum, SDPA, compiled scan);
   3. the external references (external.py: transformers, FLA) that are installed;
+  4. your own hand-written rules of the spec (references.py ``user_references``: the spec's
+     ``reference`` and ``register_reference``), each also against every form of 1 and 2;
 
 on outputs, final states and input gradients (one random cotangent), and
 report the max abs error of each pair. For the Gated DeltaNet composition
@@ -16,6 +18,7 @@ order, a spec is also compared with the OTHER ordering, which must differ.
 """
 from __future__ import annotations
 
+import functools
 import sys
 from dataclasses import asdict, dataclass
 from typing import Callable
@@ -26,7 +29,10 @@ from assocmem.memories import L2Decay, Momentum, NonParametric, Spectral
 from assocmem.memories.checks import gate_needs
 
 from .external import external_references
-from .lower import APPROXIMATE, COMPILABLE, FAMILIES, available_forms, derived, family_of, hand_written, lower, with_lr
+from .lower import (
+    APPROXIMATE, COMPILABLE, FAMILIES, available_forms, derived, family_of, hand_written, lower, readout, with_lr,
+)
+from .references import user_references
 from .spec import MixerSpec
 
 EXACT_ATOL = 1e-10  # float64, derived vs hand-written / lowered forms
@@ -214,12 +220,19 @@ class Pair:
     extra: dict
     grad_inputs: tuple[str, ...] | None = None  # comparable gradients (None: all)
     ours: bool = True  # one of our forms: also run without autograd and in float32
+    yours: bool = False  # a hand-written rule the user gave (references.py): every form is also held to it
+
+    @property
+    def label(self) -> str:
+        """What is compared, without the 'derived vs ' of ``name``."""
+        return self.name.removeprefix("derived vs ").removesuffix(" (your reference)")
 
 
 def _pairs(spec: MixerSpec, compiled: bool = False) -> list[Pair]:
     """The implementations compared with the derivation; ``compiled``: also the compiled variant of each
     form that has one (``lower(spec, form, compile=True)``, mixers/ops/compiled.py)."""
-    pairs = []
+    pairs = [Pair(f"derived vs {label} (your reference)", readout(spec, fn), EXACT_ATOL, True, {}, yours=True)
+             for label, fn in user_references(spec)]
     hw = hand_written(spec)
     if hw is not None:
         pairs.append(Pair(f"derived vs {hw[0]} (hand-written)", hw[1], EXACT_ATOL, True, {}))
@@ -271,28 +284,38 @@ def verify(spec: MixerSpec | str, *, T: int = 70, B: int = 2, H: int = 2, K: int
 
 def _compare(spec: MixerSpec, label: str, shape: dict, seed: int, *, extras: bool, tag: str = "",
              compiled: bool = False) -> list[PairResult]:
-    """Every pair at one shape; ``extras``: the no-grad and float32 runs of our forms and the ordering checks."""
+    """Every pair at one shape; ``extras``: the no-grad and float32 runs of our forms and the ordering checks.
+    A form is run once and compared with the derivation and with each of the user's rules."""
     step = derived(spec)
     cases = {s: make_case(spec, **shape, seed=seed, with_state=s) for s in (True, False)}
     truth = {s: run(step, c, state_grad=s) for s, c in cases.items()}
+    pairs = _pairs(spec, compiled)
+    outputs = {p.name: functools.cache(functools.partial(_run_pair, p, cases[p.with_state])) for p in pairs}
+    yours = [p for p in pairs if p.yours]
     results = []
-    for p in _pairs(spec, compiled):
-        case, want = cases[p.with_state], truth[p.with_state]
-        checks = [(tag, p.tolerance, lambda: max_abs_error(
-            want, run(p.fn, case, extra=p.extra, state_grad=p.with_state), p.grad_inputs))]
+    for p in pairs:
+        case, want, got = cases[p.with_state], truth[p.with_state], outputs[p.name]
+        checks = [(p.name + tag, p.tolerance, lambda: max_abs_error(want, got(), p.grad_inputs))]
+        if p.ours and not p.yours:  # every form of ours against each of your rules too
+            checks += [(f"{r.label} vs {p.label}{tag}", EXACT_ATOL,
+                        lambda r=r: max_abs_error(outputs[r.name](), got(), p.grad_inputs)) for r in yours]
         if extras and p.ours:
-            checks += [(" [no grad]", p.tolerance, lambda: max_abs_error(
+            checks += [(p.name + " [no grad]", p.tolerance, lambda: max_abs_error(
                            want, run(p.fn, case, extra=p.extra, grad=False), ())),
-                       (" [float32, relative]", F32_RTOL, lambda: max_abs_error(
+                       (p.name + " [float32, relative]", F32_RTOL, lambda: max_abs_error(
                            want, run(p.fn, cast(case, torch.float32), extra=p.extra, state_grad=p.with_state),
                            relative=True))]
-        for suffix, tol, measure in checks:
-            results.append(_result(label, p.name + suffix, tol, measure))
+        for pair, tol, measure in checks:
+            results.append(_result(label, pair, tol, measure))
     if extras:
         for pair, fn in _ordering_checks(spec):
             err = max_abs_error(truth[True], run(fn, cases[True]))
             results.append(PairResult(label, pair, err, err > 1e-3, 1e-3, expect="differ"))
     return results
+
+
+def _run_pair(p: Pair, case: Case) -> dict:
+    return run(p.fn, case, extra=p.extra, state_grad=p.with_state)
 
 
 def _result(label: str, pair: str, tol: float, measure: Callable[[], float]) -> PairResult:

@@ -149,7 +149,7 @@ def test_momentum_with_per_key_decay_and_huber_user_spec():
     """A combination no preset covers derives, runs and keeps state passing."""
     spec = MixerSpec(memory=Matrix(), bias=Huber(delta=0.5), retention=L2Decay(gate="key"),
                      optimizer=Momentum(eta=0.8))
-    assert derive(spec).describe() == "generic gradient step"
+    assert derive(spec).describe().startswith("generic gradient step: m_t = η_t m_{t-1} − β_t ∇ℓ(M_{t-1});")
     case = make_case(spec, B=1, T=6, H=2, K=4, V=3)
     o, (S, m) = _call(derive(spec), case)
     assert torch.isfinite(o).all() and S.shape == m.shape == (1, 2, 4, 3)

@@ -138,7 +138,9 @@ layer: {num_heads: 2, head_dim: 8, qk_norm: l2, lr_gate: sigmoid}
 
 def test_a_new_mixer_defined_in_yaml(tmp_path):
     spec = MixerSpec.from_yaml(USER_SPEC)
-    assert spec.algebra == "scan" and derive(spec).describe() == "generic gradient step"
+    assert spec.algebra == "scan" and derive(spec).describe() == (
+        "generic gradient step: m_t = η_t m_{t-1} − 0.5·β_t ∇ℓ(M_{t-1});  M_t = M_{t-1} diag(α_t) + m_t;  "
+        "∇ℓ(M) = g k_tᵀ,  g = clamp(e, −δ, δ), δ = 0.5,  e = M k_t − v_t")
     # verified: derived vs its compiled scan form (no hand-written rule exists for it)
     rs = verify(spec, T=9, extras=False)
     assert [r.pair for r in rs] == ["derived vs form:scan"] and rs[0].passed
