@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .config_files import ConfigError, parse_yaml, put_value, read_mapping, split_override
+from .config_files import ConfigError, Key, parse_key, parse_yaml, put_value, read_mapping, show_key, split_override
 from .grad_transforms import GradTransformConfig
 from .verifiable import ChainSum, GraphPath, Modular, Needle
 
@@ -392,21 +392,24 @@ def _format(err: ValidationError) -> str:
 
 
 # ---------------------------------------------------------------- overrides
-def _target_class(path: list[str], data: dict) -> tuple[type[BaseModel] | None, str]:
-    """The class owning the last key of ``path`` (None inside free-form dicts)."""
+def _target_class(path: list[Key], data: dict) -> tuple[type[BaseModel] | None, Key]:
+    """The class owning the last key of ``path`` (None inside free-form dicts and list entries)."""
     cls: type[BaseModel] | None = TrainConfig
     node: Any = data
     for i, key in enumerate(path[:-1]):
-        where = "config." + ".".join(path[: i + 1])
+        where = "config." + show_key(path[: i + 1])
+        if isinstance(key, int):  # a list entry: its keys are checked when the whole config validates
+            cls, node = None, node[key] if isinstance(node, list) and 0 <= key < len(node) else {}
+            continue
         if cls is not None and key not in cls.model_fields:
             raise ConfigError(f"unknown key {where}; allowed keys in {cls.__name__}: {', '.join(cls.model_fields)}")
         value = node.get(key) if isinstance(node, dict) else None
         cls = _sub_model(cls, key, value if value is not None else {}, where) if cls is not None else None
-        node = value if isinstance(value, dict) else {}
+        node = value if isinstance(value, (dict, list)) else {}
     return cls, path[-1]
 
 
-def _parse_value(cls: type[BaseModel] | None, key: str, raw: str, *, where: str) -> Any:
+def _parse_value(cls: type[BaseModel] | None, key: Key, raw: str, *, where: str) -> Any:
     if cls is not None and key in cls.model_fields and _unwrap(cls.model_fields[key].annotation) is str:
         return None if raw in ("null", "~") else raw  # strings stay strings ("123" is a name)
     return parse_yaml(raw, source=f"--set {where}")
@@ -419,12 +422,12 @@ def set_values(data: dict, values: dict[str, Any]) -> dict:
     """
     out = yaml.safe_load(yaml.safe_dump(data))  # deep copy of plain data
     for dotted, value in values.items():
-        path = [p for p in dotted.strip().split(".") if p]
+        path = parse_key(dotted)
         if not path:
             raise ConfigError(f"empty key in {dotted!r}")
         cls, key = _target_class(path, out)
         if cls is not None and key not in cls.model_fields:
-            raise ConfigError(f"unknown key config.{dotted}; allowed keys in {cls.__name__}: "
+            raise ConfigError(f"unknown key config.{dotted.strip()}; allowed keys in {cls.__name__}: "
                               f"{', '.join(cls.model_fields)}")
         put_value(out, path, value, where=dotted)
     return out
@@ -434,7 +437,8 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
     """Apply ``key.sub=value`` strings (``--set``) to a raw config dict (a deep copy is returned).
 
     Values are YAML (``1e-3``, ``[0.9, 0.99]``, ``true``, ``null``) unless the field is
-    a string; missing intermediate sections are created; unknown keys raise.
+    a string; missing intermediate sections are created; unknown keys raise; ``key[i]`` is entry i of a
+    list (``model.hybrid.layers[0].bias.p=3``), an index into a non-list or out of range raises.
     """
     out = data
     for item in overrides:

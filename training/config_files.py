@@ -1,11 +1,14 @@
 """Config files, whatever the config: a YAML mapping read with clear errors (``read_yaml``,
 ``read_mapping``; every YAML text goes through mixers/yaml_text.load_yaml: no tags, no duplicate keys,
-bounded depth and alias expansion, errors naming the file and line; ``parse_yaml`` for one value), ``--set key.sub=value`` overrides split and put into the raw mapping
-(``split_override``, ``put_value``), and ``read_config_mapping`` for the configs that validate the
-whole mapping themselves (distill, rl). ``config.py`` adds TrainConfig's typed overrides on top.
+bounded depth and alias expansion, errors naming the file and line; ``parse_yaml`` for one value),
+``--set key.sub=value`` overrides split and put into the raw mapping (``split_override``, ``put_value``;
+``key[i]`` reaches entry i of a list: ``model.hybrid.layers[0].bias.p=3``), and ``read_config_mapping``
+for the configs that validate the whole mapping themselves (distill, rl). ``config.py`` adds
+TrainConfig's typed overrides on top.
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -59,25 +62,65 @@ def read_config_mapping(path: str | Path, overrides: list[str] | None = None, *,
     return data
 
 
-def put_value(data: dict, path: list[str], value: Any, *, where: str) -> None:
-    """``data[path[0]]...[path[-1]] = value``, creating absent or null sections; ``where`` names the key
-    in the error for a path through a value."""
-    node = data
-    for part in path[:-1]:
-        if node.get(part) is None:  # absent or null section
+Key = str | int  # a mapping key, or the index of a list entry
+
+
+def put_value(data: dict, path: list[Key], value: Any, *, where: str) -> None:
+    """``data[path[0]]...[path[-1]] = value``, creating absent or null sections (an int in ``path`` is the
+    index of an existing list entry); ``where`` names the override in the error for a path through a value,
+    an index into something that is not a list or an index out of range."""
+    node: Any = data
+    for i, part in enumerate(path):
+        here = show_key(path[: i + 1])
+        if isinstance(part, int):
+            if not isinstance(node, list):
+                kind = f"the string {node!r}" if isinstance(node, str) else f"a {type(node).__name__}"
+                raise ConfigError(f"{where}: {show_key(path[:i])} is {kind}, not a list, so it has no entry [{part}]"
+                                  + (" (write the layers as a YAML list to set one of them)"
+                                     if isinstance(node, str) else ""))
+            if not 0 <= part < len(node):
+                raise ConfigError(f"{where}: index [{part}] is out of range: {show_key(path[:i])} has {len(node)} "
+                                  f"entries (indices 0..{len(node) - 1})")
+        elif not isinstance(node, dict):
+            raise ConfigError(f"{where}: {show_key(path[:i])} is {node!r}, not a section, so it has no key {part!r}")
+        if i == len(path) - 1:
+            node[part] = value
+        elif isinstance(part, str) and node.get(part) is None:  # absent or null: a new section
+            if isinstance(path[i + 1], int):
+                raise ConfigError(f"{where}: {here} is not set, so it has no entry [{path[i + 1]}]")
             node[part] = {}
-        node = node[part]
-        if not isinstance(node, dict):
-            raise ConfigError(f"{where}: {part} is not a section")
-    node[path[-1]] = value
+            node = node[part]
+        else:
+            node = node[part]
 
 
-def split_override(item: str, example: str) -> tuple[str, list[str], str]:
-    """``"a.b=raw"`` -> ("a.b", ["a", "b"], "raw"); no ``=`` or an empty key raise ConfigError."""
+def parse_key(dotted: str) -> list[Key]:
+    """``"model.hybrid.layers[0].bias.p"`` -> ["model", "hybrid", "layers", 0, "bias", "p"]; a part that is
+    neither ``key`` nor ``key[i]...`` (i ≥ 0) raises ConfigError naming it."""
+    path: list[Key] = []
+    for part in dotted.strip().split("."):
+        if not part:
+            continue
+        found = re.fullmatch(r"([^\[\]]+)((?:\[\d+\])*)", part)
+        if found is None:
+            raise ConfigError(f"--set {dotted.strip()}: {part!r} is not a key or key[index] (an index is an integer "
+                              f"≥ 0, e.g. layers[0])")
+        path += [found.group(1), *(int(i) for i in re.findall(r"\d+", found.group(2)))]
+    return path
+
+
+def show_key(path: list[Key]) -> str:
+    """The dotted form of a parsed key (``parse_key``'s inverse)."""
+    return "".join(f"[{p}]" if isinstance(p, int) else ("." if i else "") + p for i, p in enumerate(path))
+
+
+def split_override(item: str, example: str) -> tuple[str, list[Key], str]:
+    """``"a.b[0].c=raw"`` -> ("a.b[0].c", ["a", "b", 0, "c"], "raw"); no ``=``, an empty key or a bad index
+    raise ConfigError."""
     if "=" not in item:
         raise ConfigError(f"--set expects key=value (e.g. {example}), got {item!r}")
     dotted, raw = item.split("=", 1)
-    path = [p for p in dotted.strip().split(".") if p]
+    path = parse_key(dotted)
     if not path:
         raise ConfigError(f"--set has an empty key in {item!r}")
     return dotted.strip(), path, raw

@@ -87,7 +87,7 @@ def test_read_config_mapping_applies_overrides_and_names_the_problem(tmp_path):
     data = read_config_mapping(path, ["loss.beta=0.04", "train.lrs=[1, 2]", "name=run"], example="loss.beta=0.04")
     assert data == {"loss": {"beta": 0.04}, "train": {"steps": 3, "lrs": [1, 2]}, "name": "run"}
     assert read_config_mapping(path, [], example="x=1")["name"] == "exp"
-    with pytest.raises(ConfigError, match=r"--set train.steps.x: steps is not a section"):
+    with pytest.raises(ConfigError, match=r"--set train.steps.x: train.steps is 3, not a section, so it has no key 'x'"):
         read_config_mapping(path, ["train.steps.x=1"], example="x=1")
     with pytest.raises(ConfigError, match="empty key"):
         read_config_mapping(path, ["=1"], example="x=1")
@@ -95,3 +95,42 @@ def test_read_config_mapping_applies_overrides_and_names_the_problem(tmp_path):
         read_config_mapping(path, ["loss.beta"], example="loss.beta=0.04")
     with pytest.raises(ConfigError, match="config file not found"):
         read_config_mapping(tmp_path / "missing.yaml", [], example="x=1")
+
+
+CUSTOM = {"name": "lp_mine", "memory": {"kind": "matrix"}, "bias": {"kind": "lp", "p": 3.0, "clip": 0.5},
+          "retention": {"kind": "l2_decay", "gate": "key"}, "optimizer": {"kind": "momentum"},
+          "layer": {"num_heads": 2, "head_dim": 8}}
+
+
+def _with_layers(layers):
+    return merge(BASE, {"model": {"hf_config": None, "hybrid": {"d_model": 32, "layers": layers}}})
+
+
+def test_set_reaches_list_entries_by_index():
+    """``key[i]`` is entry i of a list: a custom spec inside the hybrid's layers is swept from the command line."""
+    raw = apply_overrides(_with_layers([CUSTOM, "attn"]), ["model.hybrid.layers[0].bias.p=4",
+                                                           "model.hybrid.layers[1]=swa", "optim.betas=[0.9, 0.98]",
+                                                           "optim.betas[1]=0.95"])
+    cfg = config_from_dict(raw)
+    first, second = cfg.model.hybrid["layers"]
+    assert first["bias"] == {"kind": "lp", "p": 4, "clip": 0.5} and second == "swa" and cfg.optim.betas == (0.9, 0.95)
+    assert CUSTOM["bias"]["p"] == 3.0  # the input is not modified
+
+
+@pytest.mark.parametrize("item,match", [
+    ("model.hybrid.layers[2].bias.p=3", r"model.hybrid.layers\[2\].bias.p: index \[2\] is out of range: "
+                                        r"model.hybrid.layers has 2 entries \(indices 0..1\)"),
+    ("model.hybrid.layers[1].bias.p=3", r"model.hybrid.layers\[1\] is 'attn', not a section, so it has no key 'bias'"),
+    ("model.hybrid.layers[x].bias.p=3", r"'layers\[x\]' is not a key or key\[index\] \(an index is an integer ≥ 0"),
+    ("model.hybrid.layers[-1]=gdn", r"'layers\[-1\]' is not a key or key\[index\]"),
+    ("optim.lr[0]=1", r"optim.lr\[0\]: optim.lr is a float, not a list, so it has no entry \[0\]"),
+])
+def test_a_bad_index_names_the_path_that_failed(item, match):
+    with pytest.raises(ConfigError, match=match):
+        apply_overrides(_with_layers([CUSTOM, "attn"]), [item])
+
+
+def test_an_index_into_a_layer_pattern_says_to_write_a_list():
+    with pytest.raises(ConfigError, match=r"model.hybrid.layers is the string 'gdn,attn', not a list, so it has no "
+                                          r"entry \[0\] \(write the layers as a YAML list"):
+        apply_overrides(_with_layers("gdn,attn"), ["model.hybrid.layers[0].bias.p=3"])
