@@ -7,10 +7,11 @@ closed-form optimizer minimises instead.
 """
 from __future__ import annotations
 
+import warnings
 from typing import Literal
 
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from .memory import Axis
 
@@ -54,6 +55,12 @@ class RemoveReplace(Axis):
         return 0.5 * removed.pow(2).sum() - (pred * v).sum()
 
 
+def settled_error(p: float) -> float:
+    """(2/p)^{1/(p−2)}: the error size at which one ℓp step with β‖k‖² = 1 moves e to −e (p·|e|^{p−2} = 2).
+    Above it (p > 2) or below it (p < 2) a plain ℓp step overshoots; ``Lp`` bounds the step there."""
+    return (2.0 / p) ** (1.0 / (p - 2.0))
+
+
 class Lp(Axis):
     """ℓ = ‖f_M(k) − v‖_p^p (Moneta-style, eq. 2.46 up to its ½); ∇ = p·sign(e)|e|^{p−1} kᵀ, e = f(k) − v.
 
@@ -65,6 +72,18 @@ class Lp(Axis):
     and then grows without bound (|e'| ≈ β p |e|^{p−1}): unit-scale values with β near 1 are enough.
     With a clip the step is at most β p c^{p−1}, so every |e| stays bounded for any finite c; with
     p c^{p−2} ≤ 2, i.e. c ≤ (2/p)^{1/(p−2)} (2/3 for p = 3), no step increases |e| while β ≤ 1.
+
+    Why p < 2 gives NaN gradients, and ``eps``: the thesis motivates ℓp by robustness to outliers
+    (eq. 2.46: "a well-known drawback to the ℓ2 loss is its sensitivity to outliers"), which is p < 2.
+    There ℓ is C¹ (g(e) = p·sign(e)|e|^{p−1} → 0 at e = 0) but g's slope p(p−1)|e|^{p−2} is unbounded as
+    e → 0, and training differentiates through the write, so the gradient of a loss through the memory
+    carries that slope: at e = 0 exactly, autograd computes ∞·0 = NaN (a zero residual coordinate is
+    enough), and near it gradients of size |e|^{p−2}. No finite value at 0 fixes the neighbourhood, so
+    ``eps`` = ε replaces the loss below |e| = ε by the quadratic with the same value and slope at ε,
+    (p/2) ε^{p−2} e² + (1 − p/2) ε^p, i.e. g(e) = p ε^{p−2} e there (a delta-rule step of rate p ε^{p−2}),
+    which bounds g's slope by p ε^{p−2}. For p < 2 ``eps`` defaults to (2/p)^{1/(p−2)} (0.5625 for p = 1.5),
+    the smallest ε whose inner step never overshoots (p ε^{p−2} ≤ 2 with β‖k‖² ≤ 1); a smaller ε keeps
+    more of ℓp and allows slopes up to p ε^{p−2}. ``eps: null`` asks for plain ℓp and warns.
     """
 
     kind: Literal["lp"] = "lp"
@@ -73,15 +92,47 @@ class Lp(Axis):
     clip: float | None = Field(None, gt=0.0, description="error size c beyond which the loss continues linearly "
                                "(gradient p·sign(e)·min(|e|, c)^(p−1)); None = plain ℓp, which diverges for p > 2 "
                                "once β p |e|^(p−2) > 2 (see the class docstring)")
+    eps: float | None = Field(None, gt=0.0, description="p < 2 only: error size ε below which the loss is the "
+                              "quadratic with ℓp's value and slope at ε (gradient p ε^(p−2) e), so gradients stay "
+                              "finite at e = 0; default for p < 2: (2/p)^(1/(p−2)) (0.5625 at p = 1.5); null = plain "
+                              "ℓp, whose gradient is NaN at e = 0 (see the class docstring)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_eps(cls, data):
+        p = data.get("p") if isinstance(data, dict) else None
+        if isinstance(p, (int, float)) and 1.0 < p < 2.0 and "eps" not in data:
+            data = {**data, "eps": settled_error(float(p))}
+        return data
+
+    @model_validator(mode="after")
+    def _eps_below_two(self) -> "Lp":
+        if self.eps is not None and self.p >= 2.0:
+            raise ValueError(f"lp eps smooths ℓp near e = 0 where p < 2 (g's slope p(p−1)|e|^(p−2) is unbounded "
+                             f"there); with p = {self.p:g} the slope is bounded: leave eps unset")
+        if self.eps is not None and self.clip is not None and self.eps >= self.clip:
+            raise ValueError(f"lp eps = {self.eps:g} must be below clip = {self.clip:g} (quadratic below eps, "
+                             f"ℓp between, linear beyond clip)")
+        if self.eps is None and self.p < 2.0:
+            warnings.warn(f"lp with p = {self.p:g} < 2 and eps: null: the gradient through the write is NaN where a "
+                          f"residual coordinate is exactly 0 and unbounded near it (slope p(p−1)|e|^(p−2)); leave "
+                          f"eps unset for its default {settled_error(self.p):.4g} or set a smaller eps", stacklevel=2)
+        return self
 
     def loss(self, pred: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        a = (pred - v).abs()
-        if self.clip is None:
+        e = pred - v
+        a = e.abs()
+        if self.clip is None and self.eps is None:
             return a.pow(self.p).sum()
-        c = self.clip
-        inside = a.clamp(max=c).pow(self.p)  # |e|^p up to c (clamped: no overflow beyond it)
-        tangent = c ** self.p + self.p * c ** (self.p - 1) * (a - c)
-        return torch.where(a <= c, inside, tangent).sum()
+        p, c, eps = self.p, self.clip, self.eps
+        # |e|^p between eps and c, clamped on both sides so that neither pow nor its derivatives see 0 or overflow
+        loss = a.clamp(min=eps, max=c).pow(p)
+        if c is not None:
+            loss = torch.where(a <= c, loss, c ** p + p * c ** (p - 1) * (a - c))
+        if eps is not None:
+            inner = 0.5 * p * eps ** (p - 2) * e.square() + (1 - 0.5 * p) * eps ** p  # e², not |e|²: slope p ε^(p−2) at 0
+            loss = torch.where(a >= eps, loss, inner)
+        return loss.sum()
 
 
 class Huber(Axis):

@@ -81,6 +81,8 @@ def _scan(spec) -> str:
     grads = {L2: f"{err} k_tᵀ", Huber: f"clamp({err}, −δ, δ) k_tᵀ", Lp: f"p·sign(e)|e|^(p−1) k_tᵀ, e = {err}"}
     if isinstance(b, Lp) and b.clip is not None:
         grads[Lp] = f"p·sign(e)·min(|e|, c)^(p−1) k_tᵀ, e = {err}, c = {b.clip:g}"
+    if isinstance(b, Lp) and b.eps is not None:
+        grads[Lp] = grads[Lp].replace(" k_tᵀ, e =", f" k_tᵀ (|e| ≥ ε; p ε^(p−2) e k_tᵀ below, ε = {b.eps:.4g}), e =")
     g = next((txt for cls, txt in grads.items() if isinstance(b, cls)), None)
     if g is None:
         return GENERIC
@@ -164,9 +166,10 @@ def _loss_gradient(b) -> str | None:
     if isinstance(b, Huber):
         return f"clamp(e, −δ, δ), δ = {b.delta:g}"
     if isinstance(b, Lp):
+        inner = "" if b.eps is None else f" for |e| ≥ ε, p ε^(p−2) e below, ε = {b.eps:.4g}"
         if b.clip is None:
-            return f"p·sign(e)|e|^(p−1), p = {b.p:g}"
-        return f"p·sign(e)·min(|e|, c)^(p−1), p = {b.p:g}, c = {b.clip:g}"
+            return f"p·sign(e)|e|^(p−1){inner}, p = {b.p:g}"
+        return f"p·sign(e)·min(|e|, c)^(p−1){inner}, p = {b.p:g}, c = {b.clip:g}"
     return None
 
 

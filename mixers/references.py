@@ -60,7 +60,7 @@ def online_rule(spec: MixerSpec) -> tuple[str, Callable] | None:
                 functools.partial(online.recurrent_huber_delta, delta=b.delta, steps=K))
     if isinstance(b, Lp) and retain_first:
         return ("recurrent_lp_delta" + suffix,
-                functools.partial(online.recurrent_lp_delta, p=b.p, clip=b.clip, steps=K))
+                functools.partial(online.recurrent_lp_delta, p=b.p, clip=b.clip, eps=b.eps, steps=K))
     if isinstance(b, L2) and isinstance(o, Momentum):
         return "recurrent_titans", functools.partial(online.recurrent_titans, momentum=o.eta)
     return None

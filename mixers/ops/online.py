@@ -57,13 +57,15 @@ def recurrent_huber_delta(q, k, v, *, delta=1.0, steps=1, log_alpha=None, beta=N
 
 
 @in_compute_dtype
-def recurrent_lp_delta(q, k, v, *, p=3.0, clip=None, steps=1, log_alpha=None, beta=None, scale=None,
+def recurrent_lp_delta(q, k, v, *, p=3.0, clip=None, eps=None, steps=1, log_alpha=None, beta=None, scale=None,
                        initial_state=None, output_final_state=False):
     """ℓp attentional bias (Moneta-style), ℓ = ‖e‖_p^p: g(e) = p·sign(e)|e|^{p−1}; with ``clip`` = c,
-    g(e) = p·sign(e)·min(|e|, c)^{p−1} (the loss continues linearly beyond c: memories/bias.py, Lp)."""
+    g(e) = p·sign(e)·min(|e|, c)^{p−1} (the loss continues linearly beyond c); with ``eps`` = ε (p < 2),
+    g(e) = p ε^{p−2} e for |e| < ε (quadratic there: memories/bias.py, Lp)."""
     def g(e):
-        a = e.abs() if clip is None else e.abs().clamp(max=clip)
-        return p * torch.sign(e) * a.pow(p - 1)
+        a = e.abs().clamp(min=eps, max=clip)  # eps: no 0 ever reaches pow or its derivative
+        outer = p * torch.sign(e) * a.pow(p - 1)
+        return outer if eps is None else torch.where(e.abs() >= eps, outer, p * eps ** (p - 2) * e)
 
     return _error_driven(g, q, k, v, log_alpha, beta, scale, initial_state, output_final_state, steps)
 

@@ -52,6 +52,7 @@ def test_derive_prints_the_update_the_docs_show(user_folder):
     assert "reference: my_rules:lp_key_momentum" in done.stdout
 
 
+@pytest.mark.slow  # a fresh process compiles the scan form
 def test_verify_holds_the_yaml_reference_to_the_derivation_and_every_form(user_folder):
     done = _cli("verify", "lp_key_momentum.yaml", "--no-large", "--seq-len", "12", "--json", "v.json",
                 cwd=user_folder, pythonpath=str(user_folder))
@@ -89,6 +90,7 @@ def _retain_then_step(q, k, v, *, beta, log_alpha, eta, scale=None, initial_stat
     return torch.stack(outs, 1), ((S, m) if output_final_state else None)
 
 
+@pytest.mark.slow  # compiles the scan form
 def test_a_rule_of_the_other_order_fails(user_folder):
     spec = MixerSpec.from_yaml("lp_key_momentum.yaml").model_copy(update={"reference": None, "name": "other_order"})
     register_reference("other_order", _retain_then_step, name="retain_then_step")
