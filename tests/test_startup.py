@@ -66,3 +66,15 @@ def test_help_imports_neither_torch_nor_transformers(argv):
                f"try:\n    main({argv!r})\nexcept SystemExit as stop:\n    assert stop.code == 0, stop.code\n"
                "print(sorted({'transformers', 'torch'} & set(sys.modules)))")
     assert out.endswith("\n[]") and "usage: assocmem" in out
+
+
+def test_without_import_assocmem_transformers_does_not_know_the_model(saved_folder):
+    """docs/sharing.md: no auto_map and no remote code by design, so a receiver who has not imported assocmem
+    gets transformers' unknown-model-type error; config.json names nothing to execute."""
+    config = json.loads((saved_folder / "config.json").read_text())
+    assert "auto_map" not in config and not list(saved_folder.glob("*.py"))
+    code = ("from transformers import AutoModelForCausalLM\n"
+            f"try:\n    AutoModelForCausalLM.from_pretrained({str(saved_folder)!r})\n"
+            "except (ValueError, KeyError) as err:\n    print('refused:', err)")
+    out = _run(code)
+    assert out.startswith("refused:") and "assocmem" in out
