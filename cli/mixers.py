@@ -116,6 +116,10 @@ def backend_lines(spec) -> list[str]:
 
 
 def verify_main(args: argparse.Namespace) -> int:
+    from assocmem.training.progress import progress_line
+
+    report = progress_line("verify")
+    report(f"{', '.join(args.names) if args.names else 'every preset'}: loading torch and the forms ...")
     from assocmem.mixers.convert.cases import LAYER_CASES
     from assocmem.mixers.presets import list_presets
     from assocmem.mixers.verify import PairResult, print_table, verify
@@ -128,10 +132,12 @@ def verify_main(args: argparse.Namespace) -> int:
     if getattr(args, "device", "cpu") == "cuda":
         return _verify_cuda(specs, args)
     if not args.layers:
-        for spec in specs:
-            results += verify(spec, T=args.seq_len, seed=args.seed, large=args.large, compiled=args.compiled)
+        for i, spec in enumerate(specs, 1):
+            report(f"spec {i}/{len(specs)}: {spec.name or 'custom'}")
+            results += verify(spec, T=args.seq_len, seed=args.seed, large=args.large, compiled=args.compiled,
+                              report=report)
     ops = len(results)
-    results += verify_layers(None if not args.names else [s.name for s in specs], seed=args.seed)
+    results += verify_layers(None if not args.names else [s.name for s in specs], seed=args.seed, report=report)
     if not results:
         raise SystemExit("verify --layers: no published layer is held to the named presets "
                          f"(layers exist for: {', '.join(sorted({c.preset for c in LAYER_CASES.values()}))})")

@@ -53,9 +53,11 @@ def _graph_parser(sub) -> argparse.ArgumentParser:
     g.add_argument("--graph", nargs="+", default=["grid"], choices=["grid", "ring", "hex"], help="graph(s)")
     g.add_argument("--walks", type=positive_int, default=16, help="walks in the batch (default 16)")
     g.add_argument("--length", type=positive_int, default=None,
-                   help="walk length in tokens (default: a graph-walk run's data.seq_len, else 1200)")
+                   help="walk length in tokens (default: the run's data.seq_len, whatever its task; 1200 for a "
+                        "model without a run)")
     g.add_argument("--allow-other-settings", action="store_true",
-                   help="walk a graph-walk run at a --length other than it was trained with")
+                   help="walk a graph-walk run at a --length other than it was trained with, or any run beyond "
+                        "the length it was trained with")
     g.add_argument("--window", type=positive_int, default=50, help="trailing window W of the class means (default 50)")
     g.add_argument("--pca-window", type=positive_int, default=None, help="window of the PCA class means (default W)")
     g.add_argument("--pca-contexts", type=positive_int, nargs="+", default=None, help="context lengths of PCA panels")
@@ -76,17 +78,25 @@ def _graph_tracing(args) -> Path:
     from assocmem.probes.graph_tracing import save_graph_tracing_figures, trace_graph
     from assocmem.training.graphs import make_graph
 
-    args.length = io.settings_from_runs([args.model], {"seq_len": ("--length", args.length, 1200)},
-                                              kind="graph_walk", allow_other=args.allow_other_settings)["seq_len"]
+    from assocmem.training.progress import progress_line
+
+    say = progress_line("graph-tracing")
+    say(f"{args.model}: reading the run and loading the model ...")
+    trained = io.trained_lengths([args.model])  # any task: the longest input the model has seen
+    args.length = io.settings_from_runs([args.model], {"seq_len": ("--length", args.length,
+                                                                   min(trained.values(), default=1200))},
+                                        kind="graph_walk", allow_other=args.allow_other_settings)["seq_len"]
+    io.within_trained_length([args.model], args.length, "--length", allow_other=args.allow_other_settings)
     model, info = io.load_model(args.model)
     io.check_length(model, args.length, "--length")
     out = io.prepare_out(args.out, args.overwrite)
-    report = {**info, "graphs": {}}
-    for kind in args.graph:
+    report = {**info, "walk_length": args.length, "graphs": {}}
+    for i, kind in enumerate(args.graph, 1):
         graph = make_graph(kind)
         res = trace_graph(model, graph, num_walks=args.walks, walk_length=args.length, window=args.window,
                           pca_window=args.pca_window, pca_contexts=args.pca_contexts, batch_size=args.batch_size,
-                          seed=args.seed, energy=args.energy)
+                          seed=args.seed, energy=args.energy, report=lambda line, i=i, kind=kind: say(
+                              f"graph {i}/{len(args.graph)} {kind}: {line}"))
         save_graph_tracing_figures(res, graph, out, name=f"graph_tracing_{kind}", title=f"{args.model} — {kind}")
         report["graphs"][kind] = res.to_json()
     io.write_json(out, "graph_tracing", report)
@@ -105,7 +115,9 @@ def _recall_parser(sub) -> argparse.ArgumentParser:
     r.add_argument("--lr", type=positive_float, default=3e-3, help="peak learning rate (default 3e-3)")
     r.add_argument("--seq-len", type=positive_int, default=None,
                    help="MQAR sequence length L (default: the --models runs' data.seq_len, else 64)")
-    r.add_argument("--num-kv-pairs", type=positive_int, nargs="+", default=[2, 4, 8, 16], help="K values evaluated")
+    r.add_argument("--num-kv-pairs", type=positive_int, nargs="+", default=None,
+                   help="K values evaluated (default: 2, 4, 8, 16 and the runs' own data.num_kv_pairs, those that fit "
+                        "the length: 4·K <= seq_len)")
     r.add_argument("--vocab-size", type=positive_int, default=None,
                    help="MQAR vocabulary (default: the --models runs' data.vocab_size, else 256)")
     r.add_argument("--allow-other-settings", action="store_true",
@@ -121,7 +133,9 @@ def recall(args) -> int:
 
 def _recall(args) -> Path:
     from assocmem.probes import io
-    from assocmem.probes.recall import recall_vs_pairs, save_recall_figures, summarize, train_mqar_models
+    from assocmem.probes.recall import (
+        default_num_kv_pairs, max_kv_pairs, recall_vs_pairs, save_recall_figures, summarize, train_mqar_models,
+    )
 
     if not args.models and not args.train_mixers:
         raise ValueError("give --models and/or --train-mixers")
@@ -129,6 +143,13 @@ def _recall(args) -> Path:
         args.models, {"seq_len": ("--seq-len", args.seq_len, 64), "vocab_size": ("--vocab-size", args.vocab_size, 256)},
         kind="mqar", allow_other=args.allow_other_settings)
     args.seq_len, args.vocab_size = settings["seq_len"], settings["vocab_size"]
+    fits = max_kv_pairs(args.seq_len, args.vocab_size)
+    if args.num_kv_pairs is None:
+        own = tuple(d.num_kv_pairs for ref in args.models if (d := io.run_data(ref)) is not None and d.kind == "mqar")
+        args.num_kv_pairs = default_num_kv_pairs(args.seq_len, args.vocab_size, own)
+    elif max(args.num_kv_pairs) > fits:
+        raise ValueError(f"--num-kv-pairs {max(args.num_kv_pairs)} does not fit seq_len {args.seq_len} / vocab_size "
+                         f"{args.vocab_size} (4·K <= seq_len, K < vocab_size/2): use K <= {fits}")
     models, mixer_of = {}, {}
     for ref in args.models:
         models[ref], _ = io.load_model(ref)

@@ -262,12 +262,14 @@ def _ordering_checks(spec: MixerSpec) -> list[tuple[str, Callable]]:
 
 
 def verify(spec: MixerSpec | str, *, T: int = 70, B: int = 2, H: int = 2, K: int = 8, V: int = 6,
-           seed: int = 0, extras: bool = True, large: bool = False, compiled: bool = False) -> list[PairResult]:
+           seed: int = 0, extras: bool = True, large: bool = False, compiled: bool = False,
+           report: Callable[[str], None] | None = None) -> list[PairResult]:
     """Compare every implementation of ``spec`` with its derivation (float64): outputs, final states and
     the gradients of a random projection of both. ``extras``: our own forms also without autograd (the
     inference path) and in float32, and the other composition order; ``large``: every pair once more at
     LARGE (T=1000, K=32, V=48); ``compiled``: the compiled chunk / prefix_sum forms too (each compiles a few
-    graphs: about a minute per preset on a small CPU)."""
+    graphs: about a minute per preset on a small CPU). ``report``: called with one line of progress as the
+    derivation starts and as each pair ends (``spec [k/n] pair: error verdict``), for a long run's caller."""
     from .presets import get_preset
 
     spec = get_preset(spec) if isinstance(spec, str) else spec
@@ -275,42 +277,48 @@ def verify(spec: MixerSpec | str, *, T: int = 70, B: int = 2, H: int = 2, K: int
     # the compiled scan form meets several dtypes, shapes and grad modes here: keep it compiled for all
     # of them (dynamo's default of 8 compiled variants would fall back to eager part way through)
     with torch._dynamo.config.patch(recompile_limit=256):
-        results = _compare(spec, label, dict(B=B, T=T, H=H, K=K, V=V), seed, extras=extras, compiled=compiled)
+        results = _compare(spec, label, dict(B=B, T=T, H=H, K=K, V=V), seed, extras=extras, compiled=compiled,
+                           report=report)
         if large:
             tag = f" [T={LARGE['T']}, K={LARGE['K']}, V={LARGE['V']}]"
-            results += _compare(spec, label, LARGE, seed, extras=False, tag=tag, compiled=compiled)
+            results += _compare(spec, label, LARGE, seed, extras=False, tag=tag, compiled=compiled, report=report)
     return results
 
 
 def _compare(spec: MixerSpec, label: str, shape: dict, seed: int, *, extras: bool, tag: str = "",
-             compiled: bool = False) -> list[PairResult]:
+             compiled: bool = False, report: Callable[[str], None] | None = None) -> list[PairResult]:
     """Every pair at one shape; ``extras``: the no-grad and float32 runs of our forms and the ordering checks.
     A form is run once and compared with the derivation and with each of the user's rules."""
+    say = report or (lambda line: None)
+    say(f"{label}: the derivation at {', '.join(f'{k}={v}' for k, v in shape.items())} ...")
     step = derived(spec)
     cases = {s: make_case(spec, **shape, seed=seed, with_state=s) for s in (True, False)}
     truth = {s: run(step, c, state_grad=s) for s, c in cases.items()}
     pairs = _pairs(spec, compiled)
     outputs = {p.name: functools.cache(functools.partial(_run_pair, p, cases[p.with_state])) for p in pairs}
     yours = [p for p in pairs if p.yours]
-    results = []
+    checks: list[tuple[str, float, Callable[[], float], str]] = []  # (pair, tolerance, measure, expect)
     for p in pairs:
         case, want, got = cases[p.with_state], truth[p.with_state], outputs[p.name]
-        checks = [(p.name + tag, p.tolerance, lambda: max_abs_error(want, got(), p.grad_inputs))]
+        checks.append((p.name + tag, p.tolerance, lambda want=want, got=got, p=p: max_abs_error(
+            want, got(), p.grad_inputs), "equal"))
         if p.ours and not p.yours:  # every form of ours against each of your rules too
-            checks += [(f"{r.label} vs {p.label}{tag}", EXACT_ATOL,
-                        lambda r=r: max_abs_error(outputs[r.name](), got(), p.grad_inputs)) for r in yours]
+            checks += [(f"{r.label} vs {p.label}{tag}", EXACT_ATOL, lambda r=r, got=got, p=p: max_abs_error(
+                outputs[r.name](), got(), p.grad_inputs), "equal") for r in yours]
         if extras and p.ours:
-            checks += [(p.name + " [no grad]", p.tolerance, lambda: max_abs_error(
-                           want, run(p.fn, case, extra=p.extra, grad=False), ())),
-                       (p.name + " [float32, relative]", F32_RTOL, lambda: max_abs_error(
+            checks += [(p.name + " [no grad]", p.tolerance, lambda want=want, case=case, p=p: max_abs_error(
+                           want, run(p.fn, case, extra=p.extra, grad=False), ()), "equal"),
+                       (p.name + " [float32, relative]", F32_RTOL, lambda want=want, case=case, p=p: max_abs_error(
                            want, run(p.fn, cast(case, torch.float32), extra=p.extra, state_grad=p.with_state),
-                           relative=True))]
-        for pair, tol, measure in checks:
-            results.append(_result(label, pair, tol, measure))
+                           relative=True), "equal")]
     if extras:
-        for pair, fn in _ordering_checks(spec):
-            err = max_abs_error(truth[True], run(fn, cases[True]))
-            results.append(PairResult(label, pair, err, err > 1e-3, 1e-3, expect="differ"))
+        checks += [(pair, 1e-3, lambda fn=fn: max_abs_error(truth[True], run(fn, cases[True])), "differ")
+                   for pair, fn in _ordering_checks(spec)]
+    results = []
+    for i, (pair, tol, measure, expect) in enumerate(checks, 1):
+        results.append(_result(label, pair, tol, measure, expect))
+        r = results[-1]
+        say(f"{label} [{i}/{len(checks)}] {r.pair}: {r.max_abs_error:.1e} {'pass' if r.passed else 'FAIL'}")
     return results
 
 
@@ -318,12 +326,13 @@ def _run_pair(p: Pair, case: Case) -> dict:
     return run(p.fn, case, extra=p.extra, state_grad=p.with_state)
 
 
-def _result(label: str, pair: str, tol: float, measure: Callable[[], float]) -> PairResult:
+def _result(label: str, pair: str, tol: float, measure: Callable[[], float], expect: str = "equal") -> PairResult:
+    """The pair's result; ``expect="differ"``: it passes when the error is above ``tol``."""
     try:
         err = measure()
     except Exception as exc:  # a failing implementation is a failed pair, reported with its reason
-        return PairResult(label, f"{pair} [error: {type(exc).__name__}: {exc}]", float("inf"), False, tol)
-    return PairResult(label, pair, err, err <= tol, tol)
+        return PairResult(label, f"{pair} [error: {type(exc).__name__}: {exc}]", float("inf"), False, tol, expect)
+    return PairResult(label, pair, err, err > tol if expect == "differ" else err <= tol, tol, expect)
 
 
 # ----------------------------------------------------------------- backends on a device

@@ -14,6 +14,8 @@ same input and cotangent. Four pairs per case:
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 import torch.nn as nn
 
@@ -34,13 +36,19 @@ def available_cases(presets: list[str] | None = None) -> list[LayerCase]:
             if (presets is None or case.preset in presets) and case.unavailable() is None]
 
 
-def verify_layers(presets: list[str] | None = None, *, B: int = 2, T: int = 37, seed: int = 0) -> list[PairResult]:
-    """The four pairs of every available case (see the module docstring)."""
+def verify_layers(presets: list[str] | None = None, *, B: int = 2, T: int = 37, seed: int = 0,
+                  report: Callable[[str], None] | None = None) -> list[PairResult]:
+    """The four pairs of every available case (see the module docstring); ``report``: called with one line
+    of progress as each pair ends."""
     results = []
-    for case in available_cases(presets):
-        for check in (_float64, _float32, _decode, _round_trip):
-            pair, err, tol = check(case, B, T, seed)
-            results.append(PairResult(case.preset, f"layer vs transformers {case.name}: {pair}", err, err <= tol, tol))
+    checks = [(case, check) for case in available_cases(presets) for check in (_float64, _float32, _decode,
+                                                                                 _round_trip)]
+    for i, (case, check) in enumerate(checks, 1):
+        pair, err, tol = check(case, B, T, seed)
+        results.append(PairResult(case.preset, f"layer vs transformers {case.name}: {pair}", err, err <= tol, tol))
+        if report is not None:
+            report(f"{case.preset} [{i}/{len(checks)}] {results[-1].pair}: {err:.1e} "
+                   f"{'pass' if err <= tol else 'FAIL'}")
     return results
 
 

@@ -28,6 +28,7 @@ The model is causal, so ONE forward over the full walks gives every context leng
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import networkx as nx
 import numpy as np
@@ -155,12 +156,16 @@ def _window_mean(values: np.ndarray, contexts: list[int], window: int) -> np.nda
 
 @torch.no_grad()
 def _run_model(model, walks: np.ndarray, tokens: torch.Tensor, A: np.ndarray, acc: list[_Accumulator],
-               batch_size: int) -> tuple[np.ndarray, np.ndarray]:
-    """Forward the walks in mini-batches, feed the accumulators, return neighbour masses [B, T]."""
+               batch_size: int, report: Callable[[str], None] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Forward the walks in mini-batches, feed the accumulators, return neighbour masses [B, T]; ``report``
+    gets one line as each mini-batch starts."""
     device = next(model.parameters()).device
     At = torch.as_tensor(A)
     restricted, full = [], []
     for b0 in range(0, len(walks), batch_size):
+        if report is not None:
+            report(f"walks {b0 + 1}–{min(b0 + batch_size, len(walks))} of {len(walks)} ({walks.shape[1]} tokens each, "
+                   f"every layer's hidden states)")
         nodes = torch.as_tensor(walks[b0:b0 + batch_size])  # (b, T)
         out = model(input_ids=tokens[nodes].to(device), output_hidden_states=True)
         if getattr(out, "hidden_states", None) is None or getattr(out, "logits", None) is None:
@@ -229,6 +234,7 @@ def trace_graph(
     batch_size: int = 4,
     seed: int = 0,
     energy: Energy = "park",
+    report: Callable[[str], None] | None = None,
 ) -> GraphTracingResult:
     """Run the in-context graph-tracing probe on ``model`` (see the module docstring).
 
@@ -242,6 +248,7 @@ def trace_graph(
         context_lengths: c values for the curves (default log-spaced 4..walk_length).
         pca_contexts: c values at which PCA is taken for every layer (default: walk_length).
         energy: park (Σ A_ij ‖x_i − x_j‖², Park et al.) or normalised (÷ 2d‖X‖²_F); probes/energy.py.
+        report: called with one line of progress per mini-batch of walks (the command line prints it).
     """
     check_length(model, walk_length, "walk_length")
     if energy not in ENERGIES:
@@ -266,7 +273,7 @@ def trace_graph(
     was_training = model.training
     model.eval()
     try:
-        restricted, full = _run_model(model, walks, tokens, A, [curve_acc, pca_acc], batch_size)
+        restricted, full = _run_model(model, walks, tokens, A, [curve_acc, pca_acc], batch_size, report)
     finally:
         model.train(was_training)
     energies, ratio = _energies(curve_acc.means(), A, energy)

@@ -134,6 +134,22 @@ def settings_from_runs(refs: list[str], wanted: dict[str, tuple[str, object, obj
     return chosen
 
 
+def trained_lengths(refs: list[str]) -> dict[str, int]:
+    """{ref: data.seq_len} of the runs among ``refs`` (whatever their task): the longest input each model
+    was trained on."""
+    return {ref: data.seq_len for ref in refs
+            if (data := run_data(ref)) is not None and isinstance(getattr(data, "seq_len", None), int)}
+
+
+def within_trained_length(refs: list[str], length: int, flag: str, *, allow_other: bool) -> None:
+    """Refuse ``length`` beyond the sequence length a run among ``refs`` was trained on, naming the limit,
+    unless ``allow_other`` (length generalisation is a deliberate experiment, not a default)."""
+    for ref, trained in trained_lengths(refs).items():
+        if length > trained and not allow_other:
+            raise ValueError(f"{flag} {length} is beyond the {trained} tokens {ref} was trained on (data.seq_len); "
+                             f"use {flag} {trained} or less, or pass --allow-other-settings to probe beyond it")
+
+
 def position_limit(model) -> int | None:
     """The longest input ``model`` has positions for, or None when nothing limits it: an assocmem
     model's learned position table (``max_positions``; RoPE, recurrence and convolutions have no

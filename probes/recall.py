@@ -88,6 +88,25 @@ def model_state_size(model: torch.nn.Module, *, seq_len: int) -> int:
     return int(2 * cfg.num_hidden_layers * kv * head_dim * seq_len)
 
 
+DEFAULT_KV_PAIRS = (2, 4, 8, 16)
+
+
+def max_kv_pairs(seq_len: int, vocab_size: int) -> int:
+    """The largest K an MQAR example of ``seq_len`` tokens over ``vocab_size`` ids holds: 4·K ≤ L (context
+    2K plus K query slots of width 2) and K ≤ V/2 − 1 distinct key ids (training/tasks.py mqar_arrays)."""
+    return min(seq_len // 4, vocab_size // 2 - 1)
+
+
+def default_num_kv_pairs(seq_len: int, vocab_size: int, trained: tuple[int, ...] = ()) -> list[int]:
+    """The K values ``probe recall`` evaluates when none are given: 2, 4, 8, 16 and the runs' own
+    ``trained`` K, each that fits ``max_kv_pairs`` (just the largest that fits when none of them does)."""
+    fits = max_kv_pairs(seq_len, vocab_size)
+    if fits < 1:
+        raise ValueError(f"seq_len {seq_len} / vocab_size {vocab_size} hold no MQAR example (need seq_len ≥ 4 "
+                         f"and vocab_size ≥ 4)")
+    return sorted(k for k in {*DEFAULT_KV_PAIRS, *trained} if k <= fits) or [fits]
+
+
 def recall_vs_pairs(models: dict[str, torch.nn.Module], *, num_kv_pairs: list[int], seq_len: int, vocab_size: int,
                     mixer_of: dict[str, str] | None = None, num_examples: int = 256, seed: int = 123) -> list[RecallPoint]:
     """MQAR accuracy of every model at every K (same examples for every model)."""

@@ -8,7 +8,9 @@ starts and one when it ends, with the time it took, the time so far and an estim
     hybrid-experiment [2/6] gdn-25% done in 41.2 s (1 min 22 s so far, about 2 min 44 s left)
 
 ``progress(items, what)`` wraps a sequential loop; ``Progress.done`` serves work finished out of
-order (process pools). Training steps themselves have the tqdm bar of ``train.progress``.
+order (process pools). Training steps themselves have the tqdm bar of ``train.progress``. A library
+call that reports lines of its own (``verify(report=)``, ``trace_graph(report=)``) takes
+``progress_line(command)``: each line on stderr at once, after the time since the command started.
 """
 from __future__ import annotations
 
@@ -69,3 +71,14 @@ def progress(items: Iterable[T], what: str, *, label: Callable[[T], str] = str,
         tracker.start(name)
         yield item
         tracker.done(name)
+
+
+def progress_line(command: str, *, stream: TextIO | None = None) -> Callable[[str], None]:
+    """A ``report`` for a long library call: ``verify (12.3 s) gated_deltanet [3/19] ...`` on stderr, flushed."""
+    start = time.perf_counter()
+
+    def report(line: str) -> None:
+        print(f"{command} ({duration(time.perf_counter() - start)}) {line}",
+              file=stream if stream is not None else sys.stderr, flush=True)
+
+    return report

@@ -96,3 +96,39 @@ def test_walks_longer_than_the_models_positions_are_a_clear_error(kind, tmp_path
     assert "--length 40 is longer than the model's 32 positions" in capsys.readouterr().err
     result = trace_graph(model, make_graph("ring"), num_walks=2, walk_length=32)  # at the limit it runs
     assert max(result.context_lengths) == 32
+
+
+def test_graph_tracing_on_a_run_of_another_task_walks_at_its_trained_length(mqar_run, tmp_path, capsys):
+    """A run trained at L = 24 on MQAR: graph tracing walks 24 tokens (not 1200), refuses a longer --length
+    naming the limit unless --allow-other-settings, and prints progress lines from the start."""
+    assert cli_main(["probe", "graph-tracing", str(mqar_run), "--walks", "2", "--batch-size", "1",
+                     "--out", str(tmp_path / "o")]) == 0
+    report = json.loads((tmp_path / "o" / "graph_tracing.json").read_text())
+    assert report["walk_length"] == 24 and max(report["graphs"]["grid"]["context_lengths"]) == 24
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("graph-tracing (") and "reading the run and loading the model" in err[0]
+    assert any("graph 1/1 grid: walks 2–2 of 2 (24 tokens each" in line for line in err)
+    assert cli_main(["probe", "graph-tracing", str(mqar_run), "--length", "100", "--out", str(tmp_path / "p")]) == 2
+    assert (f"--length 100 is beyond the 24 tokens {mqar_run} was trained on (data.seq_len); use --length 24 or "
+            f"less, or pass --allow-other-settings") in capsys.readouterr().err
+    assert cli_main(["probe", "graph-tracing", str(mqar_run), "--length", "30", "--walks", "1", "--allow-other-settings",
+                     "--out", str(tmp_path / "q")]) == 0
+    assert json.loads((tmp_path / "q" / "graph_tracing.json").read_text())["walk_length"] == 30
+
+
+def test_recall_default_k_adapts_to_the_runs_length(mqar_run, tmp_path, capsys):
+    """L = 24 holds K ≤ 6 (4·K ≤ L): the default K values are 2 and 4 (8 and 16 do not fit), not a refusal;
+    a given K that does not fit is refused up front with the largest that does."""
+    from assocmem.probes.recall import default_num_kv_pairs
+
+    assert default_num_kv_pairs(24, 48) == [2, 4] and default_num_kv_pairs(24, 48, (6,)) == [2, 4, 6]
+    assert default_num_kv_pairs(4, 48) == [1] and default_num_kv_pairs(64, 256) == [2, 4, 8, 16]
+    assert cli_main(["probe", "recall", "--models", str(mqar_run / "final"), "--examples", "4",
+                     "--out", str(tmp_path / "a")]) == 0
+    report = json.loads((tmp_path / "a" / "recall.json").read_text())
+    assert sorted({p["num_kv_pairs"] for p in report["points"]}) == [2, 4]
+    capsys.readouterr()
+    assert cli_main(["probe", "recall", "--models", str(mqar_run / "final"), "--num-kv-pairs", "8",
+                     "--out", str(tmp_path / "b")]) == 2
+    assert "--num-kv-pairs 8 does not fit seq_len 24 / vocab_size 48 (4·K <= seq_len, K < vocab_size/2): use K <= 6" \
+        in capsys.readouterr().err
