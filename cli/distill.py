@@ -27,7 +27,7 @@ def _distill(args: argparse.Namespace) -> int:
     from assocmem.training.checkpoint import CheckpointError
     from assocmem.training.distill.config import load_distill_config
     from assocmem.training.distill.stages import run_distill
-    from assocmem.training.loop import NonFiniteLossError
+    from assocmem.training.loop import NonFiniteLossError, TrainingInterrupted
 
     try:
         cfg = load_distill_config(args.config, args.overrides)
@@ -35,6 +35,11 @@ def _distill(args: argparse.Namespace) -> int:
             print(cfg.to_yaml(), end="")
             return 0
         summaries = run_distill(cfg, stage=args.stage, overwrite=args.overwrite)
+    except TrainingInterrupted as stop:  # Ctrl-C in a stage: its checkpoint is written
+        where = f"checkpoint {stop.checkpoint}" if stop.checkpoint is not None else "no checkpoint yet"
+        print(f"assocmem distill: interrupted: {where}; resume with `assocmem distill {args.config}` (a started "
+              f"stage resumes from its newest checkpoint)", file=sys.stderr)
+        return 130
     except (NonFiniteLossError, CheckpointError) as err:
         print(f"assocmem distill: {err}", file=sys.stderr)
         return 1

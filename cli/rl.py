@@ -38,11 +38,14 @@ def _rl(args: argparse.Namespace) -> int:
         print(cfg.to_yaml())
         return 0
     from assocmem.training.checkpoint import CheckpointError
-    from assocmem.training.loop import NonFiniteLossError
+    from assocmem.training.loop import NonFiniteLossError, TrainingInterrupted
     from assocmem.training.rl.loop import train_rl
 
     try:
         summary = train_rl(cfg, resume=args.resume, overwrite=args.overwrite)
+    except TrainingInterrupted as stop:  # Ctrl-C: the checkpoint is written, the message says how to resume
+        print(f"assocmem rl: {stop}", file=sys.stderr)
+        return 130
     except (NonFiniteLossError, CheckpointError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

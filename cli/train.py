@@ -15,6 +15,9 @@ from pathlib import Path
 from .types import positive_int, seed_int
 
 
+INTERRUPTED = 130  # the exit status of a command stopped by Ctrl-C (128 + SIGINT)
+
+
 def add_parser(subparsers) -> None:
     """Add the ``train`` and ``eval`` subcommands."""
     p = subparsers.add_parser("train", help="train a model from a YAML TrainConfig",
@@ -106,10 +109,13 @@ def _train_one(cfg, *, resume: bool, overwrite: bool) -> int:
     """Train one run; print its summary line (0), or the error without a traceback (1: the run failed,
     2: the run folder, config or data was refused)."""
     from assocmem.training.checkpoint import CheckpointError
-    from assocmem.training.loop import NonFiniteLossError, train
+    from assocmem.training.loop import NonFiniteLossError, TrainingInterrupted, train
 
     try:
         summary = train(cfg, resume=resume, overwrite=overwrite)
+    except TrainingInterrupted as stop:  # Ctrl-C: the checkpoint is written, the message says how to resume
+        print(f"assocmem train: {stop}", file=sys.stderr)
+        return INTERRUPTED
     except (NonFiniteLossError, CheckpointError) as err:
         print(f"assocmem train: {err}", file=sys.stderr)
         return 1
@@ -123,7 +129,7 @@ def _train_one(cfg, *, resume: bool, overwrite: bool) -> int:
 def _seeds(args: argparse.Namespace) -> int:
     """``--seeds``: the config once per seed, a mean/range table and (``--result``) a result record."""
     from assocmem.training.checkpoint import CheckpointError
-    from assocmem.training.loop import NonFiniteLossError
+    from assocmem.training.loop import NonFiniteLossError, TrainingInterrupted
     from assocmem.training.results import current_versions, make_record, save_record
     from assocmem.training.seeds import seed_config, seeds_table, train_seeds
 
@@ -137,6 +143,9 @@ def _seeds(args: argparse.Namespace) -> int:
             print("---\n".join(seed_config(args.config, args.overrides, s).to_yaml() for s in args.seeds), end="")
             return 0
         per_seed = train_seeds(args.config, args.overrides, args.seeds, overwrite=args.overwrite)
+    except TrainingInterrupted as stop:
+        print(f"assocmem train: {stop}", file=sys.stderr)
+        return INTERRUPTED
     except (NonFiniteLossError, CheckpointError) as err:
         print(f"assocmem train: {err}", file=sys.stderr)
         return 1

@@ -21,8 +21,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sys
 import math
 import random
+import signal
+import threading
 import time
 from pathlib import Path
 from typing import Callable
@@ -57,6 +60,39 @@ def seed_everything(seed: int) -> None:
 
 class NonFiniteLossError(RuntimeError):
     """A step's loss or gradient norm was NaN or ±inf under ``train.on_nonfinite: stop``."""
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C (SIGINT) during training: the step under way was finished and a checkpoint written; the
+    message names it and the command that resumes the run; ``checkpoint``: its folder (None before the first
+    step). A KeyboardInterrupt, so code that does not know it stops as on any Ctrl-C."""
+
+    def __init__(self, message: str, checkpoint: Path | None = None):
+        super().__init__(message)
+        self.checkpoint = checkpoint
+
+
+@contextlib.contextmanager
+def interrupt_after_step(notice: Callable[[], None]):
+    """While the block runs, the first SIGINT only sets a flag (``notice()`` says so at once) and the
+    block ends its step and stops by itself (it polls the yielded ``interrupted()``); a second SIGINT raises
+    KeyboardInterrupt at once, as usual. Outside the main thread (no signals there) nothing changes."""
+    hit: list[bool] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: False
+        return
+
+    def handler(signum, frame):
+        if hit:
+            raise KeyboardInterrupt
+        hit.append(True)
+        notice()
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield lambda: bool(hit)
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _on_main(info: DistInfo, fn, *errors: type[Exception]):
@@ -94,6 +130,38 @@ def set_mixer_backend(model: nn.Module, train: TrainLoopConfig, device: torch.de
         check_backend(model, device, torch.bfloat16 if train.precision == "bf16" else torch.float32)
     except ValueError as err:
         raise ConfigError(f"train.backend: {err}") from None
+
+
+def notice_interrupt(info: DistInfo, name: str, step: int) -> None:
+    """What the first Ctrl-C prints at once (rank 0)."""
+    if info.is_main:
+        print(f"\n{name}: Ctrl-C: finishing step {step + 1} and writing a checkpoint (Ctrl-C again to stop at "
+              f"once, without one)", file=sys.stderr, flush=True)
+
+
+def stop_everywhere(info: DistInfo, here: bool) -> bool:
+    """Whether any process was interrupted: every process stops at the same step (the checkpoint is collective;
+    torchrun passes Ctrl-C to every worker, not at the same instant)."""
+    if not info.distributed:
+        return here
+    return bool(all_reduce_sum(torch.tensor([float(here)], dtype=torch.float64)).item() > 0)
+
+
+def save_on_interrupt(run_dir: Path, step: int, total: int, save: Callable[[], None], log,
+                      resume: str) -> TrainingInterrupted:
+    """After a Ctrl-C between steps: write the checkpoint of ``step`` (unless the schedule just did), close the
+    log and return the exception to raise, its one-line message naming the checkpoint and the ``resume``
+    command."""
+    last = ckpt.latest_checkpoint(run_dir)
+    if step > 0 and (last is None or ckpt.step_of(last) != step):
+        save()
+    if log is not None:
+        log.close()
+    last = ckpt.latest_checkpoint(run_dir)
+    if last is None:
+        return TrainingInterrupted("interrupted before the first step: nothing to resume; start the run again "
+                                   "(with --overwrite)")
+    return TrainingInterrupted(f"interrupted: checkpoint {last} (step {step} of {total}); resume with `{resume}`", last)
 
 
 class Trainer:
@@ -292,29 +360,47 @@ class Trainer:
                    disable=not (self.info.is_main and cfg.progress))
         window_elapsed, window_tokens = self.elapsed, self.tokens
         clock = time.perf_counter()
-        while self.step < self.total_steps:
-            metrics = self.train_step()
-            now = time.perf_counter()
-            self.elapsed += now - clock
-            clock = now
-            bar.update(1)
-            if self.step % cfg.log_every == 0 or self.step == self.total_steps:
-                speed = (self.tokens - window_tokens) / max(self.elapsed - window_elapsed, 1e-9)
-                window_elapsed, window_tokens = self.elapsed, self.tokens
-                record = {"step": self.step, "split": "train", **metrics, "tokens": self.tokens,
-                          "tokens_per_s": speed, "elapsed_s": self.elapsed,
-                          "epoch": self.sampler.epoch_of(self.step)}
-                if self.log is not None:
-                    self.log.write(record)
-                bar.set_postfix(loss=f"{metrics['loss']:.4f}", acc=f"{metrics['accuracy']:.3f}",
-                                tok_s=f"{speed:,.0f}")
-            if cfg.eval_every and self.step % cfg.eval_every == 0 and self.step < self.total_steps:
-                self.evaluate()
-            if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0 and self.step < self.total_steps:
-                self.save()
-            clock = time.perf_counter()  # evaluation and checkpoints are not training time
+        with interrupt_after_step(self._notice_interrupt) as interrupted:
+            while self.step < self.total_steps:
+                if stop_everywhere(self.info, interrupted()):
+                    bar.close()
+                    raise self._save_interrupted()
+                clock, window_elapsed, window_tokens = self._one_step(bar, clock, window_elapsed, window_tokens)
         bar.close()
         return self.finish()
+
+    def _one_step(self, bar, clock: float, window_elapsed: float, window_tokens: int):
+        """One step with its logging, evaluation and checkpoint on schedule; returns the clocks the next
+        step continues from."""
+        cfg = self.cfg.train
+        metrics = self.train_step()
+        now = time.perf_counter()
+        self.elapsed += now - clock
+        clock = now
+        bar.update(1)
+        if self.step % cfg.log_every == 0 or self.step == self.total_steps:
+            speed = (self.tokens - window_tokens) / max(self.elapsed - window_elapsed, 1e-9)
+            window_elapsed, window_tokens = self.elapsed, self.tokens
+            record = {"step": self.step, "split": "train", **metrics, "tokens": self.tokens,
+                      "tokens_per_s": speed, "elapsed_s": self.elapsed,
+                      "epoch": self.sampler.epoch_of(self.step)}
+            if self.log is not None:
+                self.log.write(record)
+            bar.set_postfix(loss=f"{metrics['loss']:.4f}", acc=f"{metrics['accuracy']:.3f}",
+                            tok_s=f"{speed:,.0f}")
+        if cfg.eval_every and self.step % cfg.eval_every == 0 and self.step < self.total_steps:
+            self.evaluate()
+        if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0 and self.step < self.total_steps:
+            self.save()
+        clock = time.perf_counter()  # evaluation and checkpoints are not training time
+        return clock, window_elapsed, window_tokens
+
+    def _notice_interrupt(self) -> None:
+        notice_interrupt(self.info, self.cfg.name, self.step)
+
+    def _save_interrupted(self) -> TrainingInterrupted:
+        return save_on_interrupt(self.run_dir, self.step, self.total_steps, self.save, self.log,
+                                 f"assocmem train {self.run_dir} --resume")
 
     def finish(self) -> dict:
         final_eval = self.evaluate()

@@ -32,7 +32,9 @@ from tqdm.auto import tqdm
 from .. import checkpoint as ckpt
 from ..distributed import all_gather_object, all_reduce_sum, barrier, broadcast_object, init_distributed, rank_slice, shutdown
 from ..generation import SamplingSettings, sample_completions
-from ..loop import NonFiniteLossError, seed_everything
+from ..loop import (
+    NonFiniteLossError, interrupt_after_step, notice_interrupt, save_on_interrupt, seed_everything, stop_everywhere,
+)
 from ..model_factory import build_from_config, model_description
 from ..optim import build_optimizer, build_scheduler, extend_schedule
 from ..runlog import SUMMARY_FILE, RunLog
@@ -263,20 +265,30 @@ class RLTrainer:
             self.evaluate()
         bar = tqdm(total=t.steps, initial=self.step, desc=self.cfg.name, disable=not (self.info.is_main and t.progress))
         clock = time.perf_counter()
-        while self.step < t.steps:
-            metrics = self.train_step()
-            self.elapsed += time.perf_counter() - clock
-            bar.update(1)
-            if self.log is not None and (self.step % t.log_every == 0 or self.step == t.steps):
-                self.log.write({"step": self.step, "split": "train", **metrics, "elapsed_s": self.elapsed})
-                bar.set_postfix(reward=f"{metrics['reward']:.3f}", ratio=f"{metrics['g_neg_over_g_pos'] or 0:.2f}")
-            if t.eval_every and self.step % t.eval_every == 0 and self.step < t.steps:
-                self.evaluate()
-            if t.checkpoint_every and self.step % t.checkpoint_every == 0 and self.step < t.steps:
-                self.save()
-            clock = time.perf_counter()
+        with interrupt_after_step(lambda: notice_interrupt(self.info, self.cfg.name, self.step)) as interrupted:
+            while self.step < t.steps:
+                if stop_everywhere(self.info, interrupted()):
+                    bar.close()
+                    raise save_on_interrupt(self.run_dir, self.step, t.steps, self.save, self.log,
+                                            f"assocmem rl CONFIG --resume ({self.run_dir})")
+                self._one_step(bar, clock)
+                clock = time.perf_counter()
         bar.close()
         return self.finish()
+
+    def _one_step(self, bar, clock: float) -> None:
+        """One update with its logging, evaluation and checkpoint on schedule."""
+        t = self.cfg.train
+        metrics = self.train_step()
+        self.elapsed += time.perf_counter() - clock
+        bar.update(1)
+        if self.log is not None and (self.step % t.log_every == 0 or self.step == t.steps):
+            self.log.write({"step": self.step, "split": "train", **metrics, "elapsed_s": self.elapsed})
+            bar.set_postfix(reward=f"{metrics['reward']:.3f}", ratio=f"{metrics['g_neg_over_g_pos'] or 0:.2f}")
+        if t.eval_every and self.step % t.eval_every == 0 and self.step < t.steps:
+            self.evaluate()
+        if t.checkpoint_every and self.step % t.checkpoint_every == 0 and self.step < t.steps:
+            self.save()
 
     def finish(self) -> dict:
         final = self.evaluate()
