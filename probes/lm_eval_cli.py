@@ -17,17 +17,26 @@ passes every argument through unchanged. In Python: ``import assocmem`` then
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 
-def harness_argv(run: str, rest: list[str]) -> list[str]:
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+def harness_argv(run: str, rest: list[str], local_tasks: Path | None = None) -> list[str]:
     """lm-eval's command line for the model at ``run`` plus the user's lm-eval arguments ``rest``.
 
     ``--model`` and a ``pretrained=`` or ``trust_remote_code=`` model argument are refused (this command sets
     them: no code from a model folder runs); a given ``--model_args`` (or ``--model_args=...``) is appended to
-    ``pretrained=FOLDER,backend=causal,trust_remote_code=False``.
+    ``pretrained=FOLDER,backend=causal,trust_remote_code=False``. A model without a tokenizer (a run on a
+    synthetic task) is refused unless ``--model_args tokenizer=...`` names one. ``local_tasks``: a folder for
+    the tasks assocmem ships (probes/lm_eval_tasks.py); when ``--tasks`` asks for one and no
+    ``--include_path`` is given, they are written there and it is included.
     """
     from assocmem.models.hf_load import refuse_custom_code
     from assocmem.training.model_factory import pretrained_folder
+
+    from .lm_eval_tasks import LOCAL_TASKS, write_local_tasks
 
     folder = pretrained_folder(run)
     refuse_custom_code(folder)
@@ -50,6 +59,16 @@ def harness_argv(run: str, rest: list[str]) -> list[str]:
     if clash:
         raise ValueError(f"--model_args {clash} are set by eval-harness (the model folder, backend=causal, "
                          f"trust_remote_code=False); leave them out")
+    if "tokenizer" not in keys and not any((Path(folder) / f).is_file() for f in TOKENIZER_FILES):
+        raise ValueError(f"{run} has no tokenizer ({folder} holds none): it was trained on the token ids of a "
+                         f"synthetic task, not on text, and lm-eval reads text. Evaluate a model with a tokenizer "
+                         f"(a run on data.kind: files saves one in final/), pass --model_args tokenizer=FOLDER "
+                         f"whose ids match the model's, or use `assocmem eval {run}` for the run's own task")
+    tasks = next((v for a, v in zip(passed, passed[1:]) if a == "--tasks"), "")
+    tasks += ",".join(a.split("=", 1)[1] for a in passed if a.startswith("--tasks="))
+    if (local_tasks is not None and set(tasks.split(",")) & set(LOCAL_TASKS)
+            and not any(a == "--include_path" or a.startswith("--include_path=") for a in passed)):
+        passed += ["--include_path", str(write_local_tasks(local_tasks))]
     model_args = ",".join([f"pretrained={folder}", "backend=causal", "trust_remote_code=False", *extra])
     return ["run", "--model", "hf", "--model_args", model_args, *passed]
 

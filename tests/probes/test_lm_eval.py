@@ -87,3 +87,39 @@ def test_assocmem_eval_harness_on_a_run_folder(tmp_path):
                      str(tmp_path / "tasks"), "--device", "cpu", "--batch_size", "2", "--output_path",
                      str(tmp_path / "out"), "--log_samples"]) == 0
     _check_against_ours(model, tok, tmp_path / "out")
+
+
+def _readme_eval_harness_line() -> list[str]:
+    """The README's `assocmem eval-harness ...` line, its arguments as written (comment stripped)."""
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    line = next(ln for ln in readme.splitlines() if ln.startswith("assocmem eval-harness "))
+    return line.split("#", 1)[0].split()[1:]
+
+
+def test_the_readmes_eval_harness_line_runs_on_the_quick_start_model(tmp_path, monkeypatch):
+    """The quick start saves a byte-level tiny-hybrid with its tokenizer; the README's eval-harness line runs
+    the local task assocmem ships on it offline, and lm-eval's per-choice log-likelihoods equal ours."""
+    from assocmem.cli import main as cli_main
+    from assocmem.probes.lm_eval_tasks import copy_docs
+    from assocmem.training.text_files import byte_tokenizer_fast
+
+    argv = _readme_eval_harness_line()
+    assert argv[:4] == ["eval-harness", "tiny-hybrid", "--tasks", "assocmem_copy"], argv
+    torch.manual_seed(0)
+    model = build_model(HybridConfig(d_model=64, layers="gdn,gdn,attn", num_heads=4, vocab_size=257)).eval()
+    monkeypatch.chdir(tmp_path)
+    model.save_pretrained("tiny-hybrid")
+    tok = byte_tokenizer_fast()
+    tok.save_pretrained("tiny-hybrid")
+    out = tmp_path / "out"
+    assert cli_main([*argv, "--limit", "6", "--device", "cpu", "--batch_size", "2", "--output_path", str(out),
+                     "--log_samples"]) == 0
+    samples = [json.loads(line) for line in next(out.rglob("samples_assocmem_copy_*.jsonl")).open()]
+    docs = copy_docs()
+    assert len(samples) == 6
+    for sample in samples:
+        doc = docs[sample["doc_id"]]
+        ours = [_loglikelihood(model, tok, doc["context"], " " + c) for c in doc["choices"]]
+        assert [float(r[0][0]) for r in sample["resps"]] == pytest.approx(ours, abs=2e-5)

@@ -78,8 +78,14 @@ def test_the_command_line_offline(tmp_path):
 
 def test_eval_harness_builds_lm_evals_command_line(tmp_path):
     run = tmp_path / "run"
-    build_model(HybridConfig(d_model=16, layers="gdn", mlp_ratio=0, vocab_size=11)).save_pretrained(run / "final")
+    build_model(HybridConfig(d_model=16, layers="gdn", mlp_ratio=0, vocab_size=257)).save_pretrained(run / "final")
     final = run / "final"
+    with pytest.raises(ValueError, match=r"has no tokenizer .*: it was trained on the token ids of a synthetic task"):
+        harness_argv(str(run), ["--tasks", "t"])
+    assert harness_argv(str(run), ["--model_args", "tokenizer=tok", "--tasks", "t"])[4].endswith("tokenizer=tok")
+    from assocmem.training.text_files import byte_tokenizer_fast
+
+    byte_tokenizer_fast().save_pretrained(final)
     assert harness_argv(str(run), ["--tasks", "t", "--limit", "3"]) == [
         "run", "--model", "hf", "--model_args", f"pretrained={final},backend=causal,trust_remote_code=False", "--tasks", "t", "--limit", "3"]
     assert harness_argv(str(final), ["--model_args", "dtype=float32,tokenizer=tok", "--tasks", "t"]) == [
@@ -93,3 +99,10 @@ def test_eval_harness_builds_lm_evals_command_line(tmp_path):
         harness_argv(str(run), ["--model_args", "pretrained=other"])
     with pytest.raises(FileNotFoundError, match="not a saved model"):
         harness_argv(str(tmp_path), [])
+    # a task assocmem ships: written to the given folder and included (unless --include_path is given)
+    argv = harness_argv(str(run), ["--tasks", "assocmem_copy", "--limit", "4"], local_tasks=tmp_path / "tasks")
+    assert argv[-2:] == ["--include_path", str(tmp_path / "tasks")]
+    assert (tmp_path / "tasks" / "assocmem_copy.yaml").is_file() and (tmp_path / "tasks" / "assocmem_copy.jsonl").is_file()
+    mine = ["--tasks", "assocmem_copy", "--include_path", "mine"]
+    assert harness_argv(str(run), mine, local_tasks=tmp_path / "t2")[-4:] == mine
+    assert "--include_path" not in harness_argv(str(run), ["--tasks", "hellaswag"], local_tasks=tmp_path / "t3")
