@@ -3,8 +3,10 @@
     derive   print a spec's derived update, its lowering class, the forms it admits and the kernel
              backend it gets on CPU and on CUDA, and why
     verify   check every preset (or the named presets / spec files) against its derivation, and
-             each preset layer against the published layer it names (--layers: only those);
-             --device cuda: every kernel backend on the GPU instead; exit 1 on any mismatch
+             each preset layer against the published layer it names (--layers: only those); a spec's
+             own ``reference`` (your hand-written rule) against the derivation and every form;
+             --device cuda: every kernel backend on the GPU instead; exit 1 on any mismatch.
+             Progress on stderr from the start: one line per pair, with k/n
 
 SPEC / NAME is a preset name or alias (``assocmem.mixers.list_presets()``) or a MixerSpec
 YAML/JSON file.

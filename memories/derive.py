@@ -59,7 +59,8 @@ class RecurrentStep:
         self._token = None  # the fused (write, read) token function, built on first call
 
     def describe(self) -> str:
-        """The closed form when the algebra is recognised, else 'generic gradient step'."""
+        """The closed form when the algebra is recognised, else the generic gradient step written out from
+        the axes ('generic gradient step: ...', describe.py ``composed``)."""
         return describe(self.spec)
 
     def __repr__(self) -> str:
