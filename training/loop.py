@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import contextlib
 import json
-import sys
 import math
 import random
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
