@@ -21,9 +21,9 @@ def _decay(r) -> str:
 
 def _retained(r, m: str = "M_{t-1}") -> str:
     """The retained memory: α_t M, or M diag(α_t) for a per-key decay (one factor per key, i.e. per
-    column of M = Sᵀ), or M."""
+    column of M = Sᵀ), α_t ⊙ M for one decay per entry (gate="entry"), or M."""
     if isinstance(r, L2Decay):
-        return f"{m} diag(α_t)" if r.gate == "key" else f"α_t {m}"
+        return {"key": f"{m} diag(α_t)", "entry": f"α_t ⊙ {m}"}.get(r.gate, f"α_t {m}")
     return m
 
 
