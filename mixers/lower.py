@@ -204,6 +204,13 @@ def family_name(spec: MixerSpec) -> str:
     return {"diag_rank1": "delta_rule_joint", "nonparametric": "softmax_attention"}.get(cls, cls)
 
 
+def require_class(spec: MixerSpec, cls: str, module: str, axes: str) -> None:
+    """Refuse ``spec`` in a module written for class ``cls`` alone (``axes``: what the class needs)."""
+    if spec.algebra != cls:
+        raise ValueError(f"the {module} layer runs a {cls}-class spec ({axes}); {spec.name or 'this spec'} is "
+                         f"class {spec.algebra!r}")
+
+
 def family_of(spec: MixerSpec) -> Family:
     """The row of ``spec`` in the class table."""
     return FAMILIES[family_name(spec)]

@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from .boundary import check_mixer_input
 from .conv import ShortConv
 from .lowered import Lowered, MixerState, input_dtype
+from .lower import require_class
 from .spec import MixerSpec
 
 
@@ -45,9 +46,7 @@ class Mamba(Lowered, nn.Module):
 
     def __init__(self, spec: MixerSpec, d_model: int, *, form: str = "auto", layer_idx: int | None = None):
         super().__init__()
-        if spec.algebra != "selective":
-            raise ValueError(f"the Mamba layer runs a selective-class spec (retention l2_decay gate='entry', bias "
-                             f"dot_product, optimizer gd); {spec.name or 'this spec'} is class {spec.algebra!r}")
+        require_class(spec, "selective", "Mamba", "retention l2_decay gate='entry', bias dot_product, optimizer gd")
         o, m = spec.layer, spec.layer.mamba
         self.spec, self.layer_idx = spec, layer_idx
         self.D_inner, self.N, self.R = int(m.expand * d_model), o.head_dim, m.rank(d_model)

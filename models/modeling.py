@@ -251,7 +251,10 @@ def _batch_shape(input_ids, inputs_embeds) -> tuple[int, int]:
         raise ValueError("give exactly one of input_ids and inputs_embeds")
     tokens = input_ids if input_ids is not None else inputs_embeds
     if tokens.dim() < 2:
-        raise ValueError(f"input_ids must be [B, T] (inputs_embeds [B, T, d]), got {tuple(tokens.shape)}")
+        name, layout = ("input_ids", "an integer tensor [B, T]") if input_ids is not None else ("inputs_embeds",
+                                                                                              "[B, T, d]")
+        raise ValueError(f"{name} must be {layout} with T >= 1 (B = 0 is allowed), got {tokens.dtype} "
+                         f"{tuple(tokens.shape)}")
     return tokens.shape[0], tokens.shape[1]
 
 

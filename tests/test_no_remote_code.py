@@ -86,6 +86,7 @@ def test_eval_harness_sets_trust_remote_code_false_and_refuses_it_in_model_args(
     from assocmem.probes.lm_eval_cli import harness_argv
 
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    (tmp_path / "tokenizer.json").write_text("{}")  # a model without a tokenizer is refused before this point
     assert "trust_remote_code=False" in harness_argv(str(tmp_path), [])[4].split(",")
     with pytest.raises(ValueError, match=r"\['trust_remote_code'\] are set by eval-harness"):
         harness_argv(str(tmp_path), ["--model_args", "trust_remote_code=True"])

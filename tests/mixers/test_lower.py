@@ -22,8 +22,8 @@ ROOT = Path(__file__).resolve().parents[2]
 AXES = dict(
     memory=[Matrix(), Matrix(norm="layernorm_residual"), Diagonal(), MLP(hidden=4), NonParametric(), Spectral()],
     bias=[DotProduct(), L2(), RemoveReplace(), Lp(p=3.0), Huber(delta=1.0), NadarayaWatson(), CharacteristicFunction()],
-    retention=[NoRetention(), L2Decay(gate="scalar"), L2Decay(gate="key"), L2Decay(gate="fixed"), Proximal(), KL(),
-               L1(lam=0.1), Window(size=8)],
+    retention=[NoRetention(), L2Decay(gate="scalar"), L2Decay(gate="key"), L2Decay(gate="fixed"), L2Decay(gate="entry"),
+               Proximal(), KL(), L1(lam=0.1), Window(size=8)],
     optimizer=[GD(), GD(steps=2), GD(rate="key"), RetainThenGD(), RetainThenGD(steps=3), Implicit(), Implicit(steps=2),
                Momentum(), ClosedForm()],
 )
@@ -44,7 +44,8 @@ SPECS = _valid_specs()
 
 def test_every_class_of_every_valid_spec_has_its_row():
     classes = {s.algebra for s in SPECS}
-    assert classes == set(FORMS) == {"hebbian", "delta", "diag_rank1", "dplr", "spectral", "nonparametric", "scan"}
+    assert classes == set(FORMS) == {"hebbian", "delta", "diag_rank1", "dplr", "spectral", "nonparametric", "selective",
+                                     "scan"}
     assert len(SPECS) > 50
     for spec in SPECS:
         fam = family_of(spec)
