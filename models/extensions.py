@@ -58,18 +58,8 @@ class Extension(BaseModel):
     def check(self, spec: MixerSpec | ParallelSpec, layer_idx: int) -> None:
         """Refuse (ValueError) a layer this extension cannot apply to; by default every layer."""
 
-    def norm(self, d_model: int, eps: float) -> nn.Module:
-        raise NotImplementedError
-
-    def mixer(self, spec: MixerSpec | ParallelSpec, d_model: int, *, form: str | tuple[str, ...],
-              layer_idx: int) -> nn.Module:
-        raise NotImplementedError
-
-    def mlp(self, d_model: int, hidden: int) -> nn.Module:
-        raise NotImplementedError
-
-    def residual(self) -> nn.Module:
-        raise NotImplementedError
+    # a kind defines the methods of the hooks it names (their signatures: the module docstring's table):
+    # norm(d_model, eps), mixer(spec, d_model, *, form, layer_idx), mlp(d_model, hidden), residual()
 
 
 class ExtensionRegistry:
@@ -88,6 +78,9 @@ class ExtensionRegistry:
         unknown = sorted(set(cls.hooks) - set(HOOKS))
         if unknown:
             raise ValueError(f"{cls.__name__}.hooks names {unknown}; the hooks are {list(HOOKS)}")
+        missing = [hook for hook in cls.hooks if not callable(getattr(cls, hook, None))]
+        if missing:
+            raise ValueError(f"{cls.__name__}.hooks names {missing} but the class defines no such method")
         self._kinds[name] = cls
         return cls
 

@@ -38,6 +38,13 @@ def test_a_registry_refuses_a_second_kind_of_the_same_name_and_names_the_kinds_o
     with pytest.raises(ValueError, match=r"hooks names \['attention'\]; the hooks are"):
         registry.register(Bad)
 
+    class NoMethod(Extension):
+        kind: Literal["nomethod"] = "nomethod"
+        hooks: ClassVar[tuple[str, ...]] = ("mlp",)
+
+    with pytest.raises(ValueError, match=r"hooks names \['mlp'\] but the class defines no such method"):
+        registry.register(NoMethod)
+
 
 def test_an_unknown_kind_in_a_config_lists_the_kinds():
     with pytest.raises(ValueError, match=r"unknown extension kind 'fho'; registered kinds: \['dsff', 'foh'"):
