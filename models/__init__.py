@@ -6,7 +6,8 @@ transformers' AutoConfig / AutoModel / AutoModelForCausalLM (model_type "assocme
 from .blocks import Block, SwiGLU
 from .cache import AssocMemCache
 from .config import HybridConfig
-from .modeling import AssocMemConfig, AssocMemForCausalLM, AssocMemModel, AssocMemPreTrainedModel, output_cache
+from .hf_kwargs import output_cache
+from .modeling import AssocMemConfig, AssocMemForCausalLM, AssocMemModel, AssocMemPreTrainedModel
 from .packed import cu_seqlens_from_positions
 from .presets import build_model, get_model_preset, list_model_presets
 

@@ -8,7 +8,7 @@ from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, DynamicCac
 
 from assocmem.models import (AssocMemCache, AssocMemConfig, AssocMemForCausalLM, AssocMemModel, HybridConfig, build_model,
                              output_cache)
-from assocmem.models.modeling import CACHE_FIELD
+from assocmem.models.hf_kwargs import CACHE_FIELD
 
 HC = dict(d_model=32, vocab_size=64, num_heads=2, mlp_ratio=2.0)
 
