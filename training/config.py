@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .config_files import ConfigError, Key, parse_key, parse_yaml, put_value, read_mapping, show_key, split_override
 from .grad_transforms import GradTransformConfig
-from .verifiable import ChainSum, GraphPath, Modular, Needle
+from .verifiable import ChainSum, GraphPath, Modular, Needle, ProblemsFile
 
 if TYPE_CHECKING:
     from assocmem.models import HybridConfig
@@ -195,6 +195,13 @@ class NeedleData(_DataBase, Needle):
     kind: Literal["needle"] = "needle"
 
 
+class ProblemsData(_Strict, ProblemsFile):
+    """A problem set in a local file (verifiable/problem_file.py): SFT rows are prompt + reference with
+    the loss on the reference; ``rl`` samples its prompts; ``eval`` adds greedy answer accuracy."""
+
+    kind: Literal["problems"] = "problems"
+
+
 class FilesData(_Strict):
     """Local text/jsonl/parquet files, tokenized and packed into blocks; or, with ``prompt_field`` and
     ``response_field``, one prompt/response pair per record with the loss on the response only."""
@@ -232,11 +239,11 @@ class FilesData(_Strict):
 
 
 DataConfig = Annotated[Union[MQARData, GraphWalkData, SelectiveCopyData, ChainSumData, GraphPathData, ModularData,
-                             NeedleData, FilesData], Field(discriminator="kind")]
+                             NeedleData, FilesData, ProblemsData], Field(discriminator="kind")]
 DATA_KINDS: dict[str, type[BaseModel]] = {"mqar": MQARData, "graph_walk": GraphWalkData,
                                           "selective_copy": SelectiveCopyData, "chain_sum": ChainSumData,
                                           "graph_path": GraphPathData, "modular": ModularData, "needle": NeedleData,
-                                          "files": FilesData}
+                                          "files": FilesData, "problems": ProblemsData}
 
 
 # ---------------------------------------------------------------- optimisation
@@ -327,7 +334,7 @@ class TrainConfig(_Strict):
     seed: int = Field(0, description="seed of model init and everything random in the loop")
     model: ModelConfig = Field(description="the network")
     data: DataConfig = Field(description="the data; kind = mqar | graph_walk | selective_copy | chain_sum | "
-                             "graph_path | modular | needle | files")
+                             "graph_path | modular | needle | files | problems")
     optim: OptimConfig = Field(default_factory=OptimConfig, description="optimizer and schedule")
     train: TrainLoopConfig = Field(description="loop settings")
 

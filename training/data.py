@@ -113,18 +113,18 @@ def data_tokenizer(data):
 def data_eos_id(data, tokenizer=None) -> int | None:
     """The id that ends a document or a response in this data (the tokenizer's EOS for file data,
     the task's for verifiable tasks), or None when the data has none."""
-    from .verifiable import VerifiableTask
+    from .verifiable import ProblemsFile, VerifiableTask
 
     if tokenizer is not None:
         return getattr(tokenizer, "eos_token_id", None)
-    return data.eos_id if isinstance(data, VerifiableTask) else None
+    return data.eos_id if isinstance(data, (VerifiableTask, ProblemsFile)) else None
 
 
 def build_datasets(data) -> tuple[datasets.Dataset, datasets.Dataset | None, int]:
     """(train, eval or None, vocabulary size) for a ``TrainConfig.data`` section."""
     from .config import FilesData, GraphWalkData, MQARData, SelectiveCopyData
     from .tasks import graph_walk_dataset, mqar_dataset, selective_copy_dataset
-    from .verifiable import VerifiableTask, problem_sets, problems_dataset
+    from .verifiable import ProblemsFile, VerifiableTask, problem_sets, problems_dataset
 
     if isinstance(data, FilesData):
         tokenizer = load_tokenizer(data.tokenizer)
@@ -140,7 +140,7 @@ def build_datasets(data) -> tuple[datasets.Dataset, datasets.Dataset | None, int
         else:
             held_out = None
         return packed, held_out, tokenizer_vocab_size(tokenizer)
-    if isinstance(data, VerifiableTask):
+    if isinstance(data, (VerifiableTask, ProblemsFile)):
         train_problems, eval_problems = problem_sets(data)
         return (problems_dataset(data, train_problems),
                 problems_dataset(data, eval_problems) if eval_problems else None, data.vocab_size)

@@ -184,7 +184,7 @@ def test_text_answers_from_a_local_gsm8k_style_file(tmp_path):
     assert score_response(task, first, tok.encode("#### 4 or #### 5"), "first") == ("4", True)
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"question": "q", "answer": "no final line"}\n')
-    with pytest.raises(ValueError, match="record 0: the reference must end with one '#### <number>' line"):
+    with pytest.raises(ValueError, match=r"bad.jsonl record 0 \(0-based\), field 'answer': the reference must state one answer the 'gsm8k' extractor"):
         TextAnswers(bad, tokenizer=tok)
     with pytest.raises(ValueError, match=r"no field \['prompt'\]"):
         TextAnswers(path, tokenizer=tok, prompt_field="prompt")

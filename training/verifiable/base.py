@@ -7,7 +7,8 @@ reference response and what the checker needs; a response is scored in two steps
     answer     = RULES[rule](candidates)        one answer, or None (no usable answer)
     correct    = task.check(problem, answer)    False for None
 
-The rule is the one place where scoring conventions differ (the table ``RULES``):
+The rule is the one place where scoring conventions differ (the table ``RULES``; a task may name its
+own default, ``task_rule``):
 
     first   the first candidate (lm-evaluation-harness' GSM8K "strict-match" takes the first match)
     last    the last candidate
@@ -84,10 +85,16 @@ class Checkable(Protocol):
     def decode(self, ids: Sequence[int]) -> str: ...
 
 
+def task_rule(task: Checkable, rule: str | None) -> str:
+    """``rule``, or when None the task's ``default_rule`` (a text problem set's extractor convention,
+    text_answers.py), else ``first``."""
+    return rule if rule is not None else getattr(task, "default_rule", "first")
+
+
 def score_response(task: Checkable, problem: Problem, response: Sequence[int],
-                   rule: str = "first") -> tuple[Hashable | None, bool]:
-    """(answer, correct) of one response under a scoring rule (see RULES)."""
-    answer = select_answer(task.candidates(response), rule)
+                   rule: str | None = None) -> tuple[Hashable | None, bool]:
+    """(answer, correct) of one response under a scoring rule (see RULES; None: ``task_rule``)."""
+    answer = select_answer(task.candidates(response), task_rule(task, rule))
     return answer, answer is not None and bool(task.check(problem, answer))
 
 

@@ -1,86 +1,120 @@
-"""Answers in text: GSM8K's ``#### answer`` lines, from local files, with any tokenizer.
+"""A problem set from a local file: prompts, reference answers and metadata, checked by answer extraction.
 
-GSM8K (Cobbe et al. 2021) ends every reference solution with a line ``#### <number>``; models
-trained on it answer the same way. A response's candidates are the numbers after each ``####``
-(``extract_hash_answers``), normalised so that "1,000", "$1000", "1000." and "1000.00" are one
-answer. ``TextAnswers`` reads a local JSON-lines/JSON/parquet file of question/answer records
-(field names configurable), tokenizes the prompts, and checks responses against the number after
-the reference's ``####`` (a record whose reference has no such line, or two different ones, is
-refused). Nothing is downloaded: a user with a local copy of GSM8K's test split runs it as is.
+``TextAnswers`` reads a JSON-lines / JSON / parquet file of records (field names configurable):
+
+    prompt_field      the question; formatted with ``prompt_template`` ("{prompt}" in it), then, when the
+                      tokenizer has a chat template and ``chat_template`` is "auto" (or "on"), wrapped
+                      as one user turn (after an optional system prompt) with the generation prompt
+    answer_field      the reference: a full solution (GSM8K's "... #### 72", MATH's "... \\boxed{3/4}")
+                      read with ``reference_extractor`` (default: the response extractor), or the
+                      answer alone (``reference_extractor: whole``); it must state exactly one answer
+    metadata_fields   further fields kept in ``Problem.info["metadata"]`` (for Python checkers)
+
+Responses are decoded with the same tokenizer and read by the registered extractor ``extractor``
+(extract.py ``EXTRACTORS``: boxed, gsm8k, last_number, multiple_choice, whole); its default scoring
+rule is the task's ``default_rule``. A response is correct when its answer's normal form equals the
+reference's (extract.py ``normalize_answer``). Nothing is downloaded: a local copy of GSM8K's or
+MATH's test split runs as is. A file that is not a problem set is a ValueError naming the file, the
+record and the field.
 """
 from __future__ import annotations
 
-import re
-from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Hashable, Sequence
+from typing import Any, Hashable, Literal, Sequence
 
-from ..text_files import encode_text, load_text_files, text_values
+from ..text_files import encode_text, load_text_files
 from .base import Problem
+from .extract import extract_answers, get_extractor
 
-_HASH_ANSWER = re.compile(r"####\s*(-?[$0-9.,]*[0-9])")
-
-
-def normalize_number(text: str) -> str | None:
-    """Canonical string of a number written with optional $, thousands commas and trailing zeros."""
-    cleaned = text.replace(",", "").replace("$", "").rstrip(".")
-    try:
-        value = Decimal(cleaned)
-    except InvalidOperation:
-        return None
-    if not value.is_finite():
-        return None
-    value = value.normalize()
-    return format(value.quantize(Decimal(1)) if value == value.to_integral() else value, "f")
+ChatTemplate = Literal["auto", "on", "off"]
 
 
-def extract_hash_answers(text: str) -> list[str]:
-    """Every ``#### <number>`` of ``text``, normalised, in order (unparseable ones skipped)."""
-    found = (normalize_number(m.group(1)) for m in _HASH_ANSWER.finditer(text))
-    return [a for a in found if a is not None]
+def _records(path: str | Path, fields: Sequence[str]) -> list[dict[str, Any]]:
+    """The file's records; every one must hold every field in ``fields`` as text."""
+    raw = load_text_files([path])
+    missing = [f for f in fields if f not in raw.column_names]
+    if missing:
+        raise ValueError(f"{path} is not a problem set with fields {list(fields)}: no field {missing} (the records "
+                         f"have {raw.column_names}; set prompt_field / answer_field / metadata_fields)")
+    records = raw.to_list()
+    for i, record in enumerate(records):
+        for f in fields[:2]:
+            if not isinstance(record[f], str):
+                raise ValueError(f"{path} record {i} (0-based): field {f!r} is {type(record[f]).__name__} "
+                                 f"{record[f]!r:.60}, not text; every record's {f} must be a string")
+    return records
+
+
+def format_prompt(tokenizer, question: str, *, template: str = "{prompt}", chat_template: ChatTemplate = "auto",
+                  system_prompt: str | None = None) -> str:
+    """The prompt text a model reads: ``template`` filled, then the tokenizer's chat template when it has one
+    (``auto``), always (``on``: a tokenizer without one is refused) or never (``off``)."""
+    text = template.format(prompt=question)
+    has_template = bool(getattr(tokenizer, "chat_template", None))
+    if chat_template == "on" and not has_template:
+        raise ValueError(f"chat_template: on, but the tokenizer ({type(tokenizer).__name__}) has no chat template; "
+                         f"use auto or off")
+    if chat_template == "off" or not has_template:
+        if system_prompt:
+            text = f"{system_prompt}\n\n{text}"
+        return text
+    turns = ([{"role": "system", "content": system_prompt}] if system_prompt else []) + [
+        {"role": "user", "content": text}]
+    return tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True)
 
 
 class TextAnswers:
-    """GSM8K-style problems from a local file: prompt from ``prompt_field``, the checked answer after
-    ``####`` in ``answer_field``; responses decoded with ``tokenizer`` and read the same way."""
+    """A problem set from a local file (module docstring); a ``Checkable`` for sampling and rewards."""
 
     def __init__(self, path: str | Path, *, tokenizer, prompt_field: str = "question", answer_field: str = "answer",
-                 prompt_template: str = "{prompt}", max_new_tokens: int = 256):
+                 prompt_template: str = "{prompt}", max_new_tokens: int = 256, extractor: str = "gsm8k",
+                 reference_extractor: str | None = None, metadata_fields: Sequence[str] = (),
+                 chat_template: ChatTemplate = "auto", system_prompt: str | None = None):
         if "{prompt}" not in prompt_template:
             raise ValueError(f"prompt_template must contain '{{prompt}}', got {prompt_template!r}")
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-        raw = load_text_files([path])
-        missing = [f for f in (prompt_field, answer_field) if f not in raw.column_names]
-        if missing:
-            raise ValueError(f"{path}: no field {missing}; the records have {raw.column_names} (set prompt_field / "
-                             f"answer_field)")
+        if chat_template not in ("auto", "on", "off"):
+            raise ValueError(f"chat_template must be auto, on or off, got {chat_template!r}")
+        self.extractor = extractor
+        self.default_rule = get_extractor(extractor).rule
+        self.reference_extractor = reference_extractor or extractor
+        get_extractor(self.reference_extractor)
         self.tokenizer, self.path = tokenizer, str(path)
         self.max_new_tokens, self.eos_id = max_new_tokens, getattr(tokenizer, "eos_token_id", None)
         pad = getattr(tokenizer, "pad_token_id", None)
         self.pad_id = pad if pad is not None else (self.eos_id if self.eos_id is not None else 0)
         self.vocab_size = len(tokenizer)
-        prompts, answers = text_values(raw, prompt_field), text_values(raw, answer_field)
-        self._problems = [self._problem(i, prompt_template.format(prompt=q), a)
-                          for i, (q, a) in enumerate(zip(prompts, answers))]
+        self._format = dict(template=prompt_template, chat_template=chat_template, system_prompt=system_prompt)
+        fields = [prompt_field, answer_field, *metadata_fields]
+        self._problems = [self._problem(i, r, fields) for i, r in enumerate(_records(path, fields))]
 
-    def _problem(self, index: int, prompt: str, reference: str) -> Problem:
-        answers = list(dict.fromkeys(extract_hash_answers(reference)))
+    def _problem(self, index: int, record: dict, fields: list[str]) -> Problem:
+        question, reference = record[fields[0]], record[fields[1]]
+        answers = list(dict.fromkeys(extract_answers(reference, self.reference_extractor)))
         if len(answers) != 1:
-            raise ValueError(f"{self.path} record {index}: the reference must end with one '#### <number>' line, "
-                             f"found {answers or 'none'}")
-        ids = encode_text(self.tokenizer, prompt)
+            raise ValueError(f"{self.path} record {index} (0-based), field {fields[1]!r}: the reference must state "
+                             f"one answer the {self.reference_extractor!r} extractor reads, found {answers or 'none'} "
+                             f"in {reference!r:.80} (set reference_extractor, e.g. 'whole' for a bare answer)")
+        ids = encode_text(self.tokenizer, format_prompt(self.tokenizer, question, **self._format))
         if not ids:
-            raise ValueError(f"{self.path} record {index}: the prompt is empty after tokenization")
+            raise ValueError(f"{self.path} record {index} (0-based), field {fields[0]!r}: the prompt is empty after "
+                             f"tokenization")
         eos = [self.eos_id] if self.eos_id is not None else []
+        metadata = {f: record[f] for f in fields[2:]}
         return Problem(prompt=tuple(ids), reference=tuple(encode_text(self.tokenizer, reference) + eos),
-                       info={"answer": answers[0]})
+                       info={"answer": answers[0], "question": question, **({"metadata": metadata} if metadata else {})})
 
     def problems(self, n: int | None = None) -> list[Problem]:
         """The first ``n`` problems in file order (all when None)."""
         if n is not None and not 1 <= n <= len(self._problems):
             raise ValueError(f"{self.path} has {len(self._problems)} problems; asked for {n}")
         return self._problems[:n]
+
+    @property
+    def row_length(self) -> int:
+        """Width of a training row: the longest prompt + reference (EOS included)."""
+        return max(len(p.prompt) + len(p.reference) for p in self._problems)
 
     def decode(self, ids: Sequence[int]) -> str:
         ids = [int(t) for t in ids]
@@ -89,7 +123,7 @@ class TextAnswers:
         return self.tokenizer.decode(ids)
 
     def candidates(self, response: Sequence[int]) -> list[Hashable]:
-        return extract_hash_answers(self.decode(response))
+        return extract_answers(self.decode(response), self.extractor)
 
     def check(self, problem: Problem, answer: Hashable | None) -> bool:
         return answer is not None and answer == problem.info["answer"]
