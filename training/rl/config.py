@@ -21,15 +21,17 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..config import (ChainSumData, ConfigError, GraphPathData, ModelConfig, ModularData, NeedleData, OptimConfig,
-                      check_run_name)
+                      ProblemsData, check_run_name)
 from ..config_files import read_config_mapping
+from ..verifiable.verifiers import VerifierSpec
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
-TaskData = Annotated[Union[ChainSumData, GraphPathData, ModularData, NeedleData], Field(discriminator="kind")]
+TaskData = Annotated[Union[ChainSumData, GraphPathData, ModularData, NeedleData, ProblemsData],
+                     Field(discriminator="kind")]
 
 
 class Mastered(_Strict):
@@ -60,13 +62,26 @@ class RolloutConfig(_Strict):
     temperature: float = Field(1.0, gt=0, description="sampling temperature (> 0: RL samples)")
     top_p: float = Field(1.0, gt=0, le=1, description="nucleus mass (1 = off)")
     max_new_tokens: int | None = Field(None, ge=1, description="response budget T_max (null: the task's)")
-    reward: str = Field("correct", description="registered reward name (rewards.py REWARDS: correct, correct_last, "
-                        "correct_strict, or one added with register_reward)")
+    reward: str | dict[str, float] = Field(
+        "correct", description="a reward name, or {name: weight} summed: names registered (rewards.py REWARDS: correct, "
+        "correct_last, correct_strict, states_an_answer, or added with register_reward) or defined under verifiers")
+    verifiers: dict[str, VerifierSpec] = Field(
+        default_factory=dict, description="named verifiers for reward (verifiable/verifiers.py): {name: {kind: "
+        "exact_match | numeric | python | model, ...}}")
     overlong_penalty: float = Field(0.0, ge=0, description="subtracted from the reward of a completion without EOS")
     advantage_scale: Literal["none", "group", "batch"] = Field(
         "none", description="none: A = r − mean (Dr. GRPO); group: ÷ (group std + 1e-4) (GRPO); batch: ÷ batch std")
     mastered: Mastered | None = Field(None, description="skip mastered groups (Nautile §4.2: every completion "
                                       "above every_above, minimum above min_above); null = keep all")
+
+
+    @model_validator(mode="after")
+    def _reward_resolves(self) -> "RolloutConfig":
+        """Every reward name is registered or defined, no defined name shadows a registered one."""
+        from .rewards import reward_fn
+
+        reward_fn(self.reward, self.verifiers)
+        return self
 
 
 class LossConfig(_Strict):
@@ -135,7 +150,8 @@ class RLConfig(_Strict):
     model: ModelConfig = Field(description="the policy (usually init_from the SFT run)")
     reference: str | None = Field(None, description="save_pretrained or run folder of the frozen KL reference "
                                   "(null: model.init_from, or the initial policy)")
-    data: TaskData = Field(description="the verifiable task: num_train prompts to train on, num_eval held out")
+    data: TaskData = Field(description="the verifiable task: num_train prompts to train on, num_eval held out; or a "
+                           "problem file (kind: problems, verifiable/problem_file.py)")
     rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="sampling and rewards")
     loss: LossConfig = Field(default_factory=LossConfig, description="the objective")
     optim: OptimConfig = Field(default_factory=lambda: OptimConfig(lr=1e-4, weight_decay=0.0, grad_clip=1.0),

@@ -8,7 +8,10 @@ A reward function scores the G completions of each of P prompts at once:
         responses  [P][G] token tuples, cut after the first EOS (kept)
 
 ``REWARDS`` is the explicit registry; ``register_reward(name, fn)`` adds a user's function (a name
-that exists is refused). ``score`` calls one and refuses a result of the wrong shape or holding
+that exists is refused). A config's reward is one name, or weights ``{name: weight}`` summed
+(training/verifiable/verifiers.py ``compose``) over the registered names and the verifiers the
+config defines (``rollout.verifiers``: exact_match, numeric, python, model; a defined name may not
+shadow a registered one). ``score`` calls it and refuses a result of the wrong shape or holding
 NaN / ±inf, naming the reward and where.
 """
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..verifiable import Checkable, Problem, score_response
+from ..verifiable.verifiers import compose
 
 RewardFn = Callable[[Checkable, Sequence[Problem], Sequence[Sequence[tuple[int, ...]]]], object]
 
@@ -25,7 +29,8 @@ RewardFn = Callable[[Checkable, Sequence[Problem], Sequence[Sequence[tuple[int, 
 def _checker(rule: str) -> RewardFn:
     def reward(task, problems, responses):
         return [[float(score_response(task, p, r, rule)[1]) for r in group] for p, group in zip(problems, responses)]
-    reward.__doc__ = f"1 if the task's checker accepts the answer under the {rule!r} scoring rule, else 0"
+    reward.__doc__ = (f"1 if the task's checker accepts the answer under the {rule or 'task'!r} scoring rule, else 0 "
+                      f"(the task's rule: its default_rule, 'first' for the token tasks)")
     return reward
 
 
@@ -34,7 +39,7 @@ def _states_an_answer(task, problems, responses):
     return [[float(bool(task.candidates(r))) for r in group] for group in responses]
 
 
-REWARDS: dict[str, RewardFn] = {"correct": _checker("first"), "correct_last": _checker("last"),
+REWARDS: dict[str, RewardFn] = {"correct": _checker(None), "correct_last": _checker("last"),
                                 "correct_strict": _checker("strict"), "states_an_answer": _states_an_answer}
 
 
@@ -55,12 +60,25 @@ def get_reward(name: str) -> RewardFn:
     return REWARDS[name]
 
 
-def score(name: str, task: Checkable, problems: Sequence[Problem],
-          responses: Sequence[Sequence[tuple[int, ...]]]) -> np.ndarray:
-    """float64 [P, G] rewards of the registered reward ``name``, checked (module docstring)."""
+def reward_fn(reward: str | dict[str, float], verifiers: dict[str, RewardFn] | None = None) -> RewardFn:
+    """The function of a config's reward: a registered or defined name, or ``{name: weight}`` summed."""
+    defined = dict(verifiers or {})
+    clash = sorted(set(defined) & set(REWARDS))
+    if clash:
+        raise ValueError(f"rollout.verifiers: {clash} shadow registered rewards; name the verifiers otherwise "
+                         f"(registered: {sorted(REWARDS)})")
+    if isinstance(reward, str):
+        return defined[reward] if reward in defined else get_reward(reward)
+    return compose(dict(reward), {**REWARDS, **defined})
+
+
+def score(name: str | dict[str, float], task: Checkable, problems: Sequence[Problem],
+          responses: Sequence[Sequence[tuple[int, ...]]], verifiers: dict[str, RewardFn] | None = None) -> np.ndarray:
+    """float64 [P, G] rewards of the reward ``name`` (``reward_fn``), checked (module docstring)."""
     want = (len(problems), len(responses[0]) if responses else 0)
+    fn = reward_fn(name, verifiers)
     try:
-        out = np.asarray(get_reward(name)(task, problems, responses), dtype=np.float64)
+        out = np.asarray(fn(task, problems, responses), dtype=np.float64)
     except (TypeError, ValueError) as err:
         if "rollout.reward" in str(err):
             raise

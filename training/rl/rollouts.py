@@ -81,7 +81,7 @@ def collect(model, task, problems: Sequence[Problem], rows: Sequence[int], *, st
         out = sample_completions(model, [problem.prompt], settings, eos_token_id=task.eos_id, pad_token_id=task.pad_id)
         responses.append(out.responses[0])
         finished.append(out.finished[0])
-    rewards = score(rollout.reward, task, local, responses)                        # 2. [P, G]
+    rewards = score(rollout.reward, task, local, responses, rollout.verifiers)     # 2. [P, G]
     rewards = rewards - rollout.overlong_penalty * ~np.asarray(finished)
     rewards_t = torch.as_tensor(rewards, dtype=torch.float64)
     adv = group_advantages(rewards_t, rollout.advantage_scale)                     # 3.
