@@ -1,11 +1,19 @@
 """``assocmem probe tts`` and ``assocmem probe niah``: sampling-based evaluation after training.
 
 Where the problems come from (``tts``), in order:
-  --problems-file FILE   GSM8K-style records (a question field, an answer ending in '#### <number>'),
-                         tokenized with --tokenizer (default: the byte tokenizer)
+  --problems-file FILE   records with a prompt field and a reference field (default: GSM8K's question and
+                         answer ending in '#### <number>'), answers read by --extractor (boxed, gsm8k,
+                         last_number, multiple_choice), tokenized with --tokenizer (default: bytes; an HF
+                         tokenizer's chat template applies unless --chat-template off)
   --task NAME            a verifiable task (chain_sum, graph_path, modular, needle) with --task-param k=v
   (neither)              the task a run folder was trained on (its config.yaml): held-out problems
                          (``modular``: Nanda's test split; the others: drawn from data.eval_seed)
+--mode parallel draws --samples per problem (pass@k, maj@k, best-of-N, weighted vote); sequential runs
+--chains chains per problem through --rounds of check (the model itself, or --verifier) and revision
+(probes/sequential_tts.py); both does both and draws them on one equal-compute figure (accuracy against
+tokens generated). --verifier NAME[=WEIGHT] (repeatable) scores samples for best-of-N and the sequential
+check: registered rewards (correct, ...) or verifiers defined with --verifier-spec NAME='{kind: model,
+folder: JUDGE}' (kinds exact_match, numeric, python, model; training/verifiable/verifiers.py).
 ``niah`` probes a run trained on ``data.kind: needle`` on its own layout (training length = its
 data.seq_len), a ``needle`` layout given with --task-param, or a local text haystack (--text).
 """
@@ -73,6 +81,34 @@ def _tts_parser(sub) -> argparse.ArgumentParser:
     t.add_argument("--prompt-field", default="question", help="for --problems-file (default question)")
     t.add_argument("--answer-field", default="answer", help="for --problems-file (default answer)")
     t.add_argument("--prompt-template", default="{prompt}", help="for --problems-file, e.g. 'Q: {prompt}\\nA:'")
+    t.add_argument("--extractor", default="gsm8k", help="for --problems-file: answer extractor of responses (boxed, "
+                   "gsm8k, last_number, multiple_choice, whole)")
+    t.add_argument("--reference-extractor", help="for --problems-file: extractor of the reference field (default: "
+                   "--extractor; 'whole' when the field is the bare answer)")
+    t.add_argument("--metadata-field", action="append", default=[], help="for --problems-file: a field kept in the "
+                   "problem's metadata (repeatable)")
+    t.add_argument("--chat-template", choices=["auto", "on", "off"], default="auto",
+                   help="for --problems-file: wrap prompts in the tokenizer's chat template (auto: when it has one)")
+    t.add_argument("--system-prompt", help="for --problems-file: a system turn before the prompt")
+    t.add_argument("--mode", choices=["parallel", "sequential", "both"], default="parallel",
+                   help="parallel sampling, sequential check-and-revise rounds, or both (default parallel)")
+    t.add_argument("--chains", type=positive_int, default=4, help="sequential: chains per problem (default 4)")
+    t.add_argument("--rounds", type=int, default=2, help="sequential: revision rounds after the first answer "
+                   "(default 2)")
+    t.add_argument("--check", choices=["self", "verifier"], default="self",
+                   help="sequential: who checks a response, the model itself (p(yes) after --verify-prompt) or "
+                        "--verifier (default self)")
+    t.add_argument("--verify-prompt", default="\nIs the answer above correct? Answer Yes or No.\nAnswer:",
+                   help="sequential self-check: text after the response; the next token is read")
+    t.add_argument("--revise-prompt", default="\nThe answer above may be wrong. Solve it again.\n",
+                   help="sequential: text after a rejected response, before the revision")
+    t.add_argument("--yes", default=" Yes", help="self-check: the affirmative token (one token of the tokenizer)")
+    t.add_argument("--no", default=" No", help="self-check: the negative token (one token)")
+    t.add_argument("--threshold", type=finite_float, default=0.5, help="a check score >= this stops the chain")
+    t.add_argument("--verifier", action="append", default=[], metavar="NAME[=WEIGHT]",
+                   help="a verifier for best-of-N and the sequential check (repeatable: weighted sum)")
+    t.add_argument("--verifier-spec", action="append", default=[], metavar="NAME=YAML",
+                   help="define a verifier, e.g. judge='{kind: model, folder: judges/small}' (repeatable)")
     t.add_argument("--num-problems", type=positive_int, default=100, help="problems evaluated (default 100)")
     t.add_argument("--problem-seed", type=seed_int, help="seed of the problems (default: the run's data.eval_seed, or 1)")
     t.add_argument("--samples", type=positive_int, default=16, help="n, completions per problem (default 16)")
@@ -81,8 +117,9 @@ def _tts_parser(sub) -> argparse.ArgumentParser:
     t.add_argument("--top-p", type=positive_float, default=1.0, help="nucleus mass (default 1 = off)")
     t.add_argument("--max-new-tokens", type=positive_int, help="longest response (default: the task's)")
     t.add_argument("--batch-size", type=positive_int, default=128, help="sequences per generate() call (default 128)")
-    t.add_argument("--rule", default="first", choices=["first", "last", "strict"],
-                   help="which candidate answer counts: first, last, or strict (Nautile: >1 distinct = wrong)")
+    t.add_argument("--rule", default=None, choices=["first", "last", "strict"],
+                   help="which candidate answer counts: first, last, or strict (Nautile: >1 distinct = wrong); "
+                        "default: the extractor's (boxed, last_number: last) or first")
     t.add_argument("--bootstrap", type=positive_int, default=1000, help="bootstrap resamples of the problems (default 1000)")
     t.set_defaults(run=f"{__name__}:tts")
     return t
@@ -97,7 +134,9 @@ def _tts_problems(args, model):
     if args.problems_file:
         task = TextAnswers(args.problems_file, tokenizer=load_tokenizer(args.tokenizer), prompt_field=args.prompt_field,
                            answer_field=args.answer_field, prompt_template=args.prompt_template,
-                           max_new_tokens=args.max_new_tokens or 256)
+                           max_new_tokens=args.max_new_tokens or 256, extractor=args.extractor,
+                           reference_extractor=args.reference_extractor, metadata_fields=args.metadata_field,
+                           chat_template=args.chat_template, system_prompt=args.system_prompt)
         return task, task.problems(min(n, len(task.problems()))), {"problems_file": args.problems_file}
     if args.task:
         task = get_task(args.task, **_params(args.task_param))
@@ -116,25 +155,81 @@ def _tts_problems(args, model):
     return data, data.problems(n, seed=seed), {"task": data.kind, **data.model_dump(), "problem_seed": seed}
 
 
+def _verifier(args):
+    """The --verifier weights over registered rewards and --verifier-spec definitions (None without --verifier)."""
+    from pydantic import TypeAdapter
+
+    from assocmem.mixers.yaml_text import load_yaml
+    from assocmem.training.rl.rewards import reward_fn
+    from assocmem.training.verifiable.verifiers import VerifierSpec
+
+    defined = {}
+    for item in args.verifier_spec:
+        name, sep, raw = item.partition("=")
+        if not sep:
+            raise ValueError(f"--verifier-spec expects NAME=YAML (e.g. judge='{{kind: model, folder: J}}'), got {item!r}")
+        defined[name.strip()] = TypeAdapter(VerifierSpec).validate_python(load_yaml(raw, source=f"--verifier-spec {name}"))
+    weights = {}
+    for item in args.verifier:
+        name, sep, weight = item.partition("=")
+        weights[name.strip()] = float(weight) if sep else 1.0
+    if not weights:
+        if defined:
+            raise ValueError(f"--verifier-spec defines {sorted(defined)} but no --verifier NAME uses it")
+        return None
+    return reward_fn(weights, defined)
+
+
+def _sequential(args, model, task, problems, settings, verifier) -> dict:
+    from assocmem.probes.sequential_tts import HFPolicy, run_sequential
+    from assocmem.training.text_files import encode_text
+    from assocmem.training.verifiable import TextAnswers
+    from assocmem.training.verifiable.judge import single_token
+
+    if not isinstance(task, TextAnswers):
+        raise ValueError("--mode sequential/both needs --problems-file: the revision and verify prompts are text")
+    if args.rounds < 0:
+        raise ValueError(f"--rounds must be >= 0, got {args.rounds}")
+    tok = task.tokenizer
+    yes_no = (single_token(tok, args.yes, "--yes"), single_token(tok, args.no, "--no")) if args.check == "self" else (0, 0)
+    policy = HFPolicy(model, settings, task.eos_id, task.pad_id, *yes_no)
+    return run_sequential(policy, task, problems, chains=args.chains, rounds=args.rounds, check=args.check,
+                          revise_ids=encode_text(tok, args.revise_prompt), verify_ids=encode_text(tok, args.verify_prompt),
+                          verifier=verifier, threshold=args.threshold, seed=args.seed, rule=args.rule)
+
+
 def _tts(args) -> Path:
+    import json
+
     from assocmem.training.generation import SamplingSettings
 
     from assocmem.probes import io as probe_io
-    from assocmem.probes.test_time_scaling import run_tts, save_samples, save_tts_figure
+    from assocmem.probes.test_time_scaling import run_tts, save_equal_compute_figure, save_samples, save_tts_figure
 
     if args.ks and max(args.ks) > args.samples:
         raise ValueError(f"--ks {max(args.ks)} > --samples {args.samples}: k cannot exceed the samples per problem")
     model, info = probe_io.load_model(args.model)
     task, problems, where = _tts_problems(args, model)
     _check_vocab(model, task.vocab_size)
+    verifier = _verifier(args)
     out = probe_io.prepare_out(args.out, args.overwrite)
     settings = SamplingSettings(num_samples=args.samples, temperature=args.temperature, top_p=args.top_p,
                                 max_new_tokens=args.max_new_tokens or task.max_new_tokens,
                                 batch_size=args.batch_size, seed=args.seed)
-    report = run_tts(model, task, problems, settings, ks=args.ks, rule=args.rule, num_resamples=args.bootstrap)
-    save_samples(report, out / "samples.jsonl")
-    save_tts_figure(report, out / "tts.png", title=f"{Path(args.model).name}: {where.get('task', 'problems file')}")
-    probe_io.write_json(out, "tts", {**info, "problems": where, **{k: v for k, v in report.items() if k != "samples"}})
+    title = f"{Path(args.model).name}: {where.get('task', 'problems file')}"
+    report, sequential = {}, None
+    if args.mode in ("parallel", "both"):
+        report = run_tts(model, task, problems, settings, ks=args.ks, rule=args.rule, num_resamples=args.bootstrap,
+                         verifier=verifier)
+        save_samples(report, out / "samples.jsonl")
+        save_tts_figure(report, out / "tts.png", title=title)
+    if args.mode in ("sequential", "both"):
+        sequential = _sequential(args, model, task, problems, settings, verifier)
+        (out / "sequential.jsonl").write_text("".join(json.dumps(c) + "\n" for c in sequential.pop("chains_detail")))
+        save_equal_compute_figure(report or None, sequential, out / "equal_compute.png", title=title)
+    probe_io.write_json(out, "tts", {**info, "problems": where, "mode": args.mode,
+                                     **{k: v for k, v in report.items() if k != "samples"},
+                                     **({"sequential": sequential} if sequential is not None else {})})
     return out
 
 
