@@ -51,6 +51,9 @@ def add_parser(subparsers) -> None:
     e.add_argument("--data", help="YAML file holding a `data:` section (or the section itself) to evaluate on")
     e.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override config fields before evaluating, e.g. --set data.num_kv_pairs=32")
+    e.add_argument("--problems", metavar="FILE", help="evaluate on a problem file (.jsonl/.json/.parquet): loss on "
+                   "prompt + reference and greedy answer accuracy, with the run's tokenizer; its options by --set, "
+                   "e.g. --set data.extractor=boxed (training/verifiable/problem_file.py)")
     e.add_argument("--checkpoint", help="checkpoint folder (default: the run's latest)")
     e.add_argument("--batch-size", type=positive_int, help="sequences per forward, >= 1 (default: train.eval_batch_size)")
     e.add_argument("--json", help="write the metrics to this file (default: RUN_DIR/eval.json); an existing "
@@ -185,7 +188,7 @@ def _eval(args: argparse.Namespace) -> int:
     try:
         out = _eval_output(args)
         metrics = evaluate_run(args.run_dir, data=args.data, overrides=args.overrides,
-                               checkpoint=args.checkpoint, batch_size=args.batch_size)
+                               checkpoint=args.checkpoint, batch_size=args.batch_size, problems=args.problems)
     except CheckpointError as err:
         print(f"assocmem eval: {err}", file=sys.stderr)
         return 1
