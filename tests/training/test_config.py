@@ -29,7 +29,7 @@ def test_unknown_keys_are_rejected_with_the_allowed_list(update, where, allowed)
 
 
 def test_unknown_data_kind_lists_the_kinds():
-    with pytest.raises(ConfigError, match=r"data.kind must be one of \['mqar', 'graph_walk', 'selective_copy', 'chain_sum', 'graph_path', 'modular', 'needle', 'files'\]"):
+    with pytest.raises(ConfigError, match=r"data.kind must be one of \['mqar', 'graph_walk', 'selective_copy', 'chain_sum', 'graph_path', 'modular', 'needle', 'files', 'problems'\]"):
         config_from_dict(merge(BASE, {"data": {"kind": "copy"}}))
 
 
