@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .types import finite_float, non_negative_float, positive_float, positive_int, seed_int
+from .types import finite_float, non_negative_float, non_negative_int, positive_float, positive_int, seed_int
 
 
 def add_parsers(sub) -> list[argparse.ArgumentParser]:
@@ -93,7 +93,7 @@ def _tts_parser(sub) -> argparse.ArgumentParser:
     t.add_argument("--mode", choices=["parallel", "sequential", "both"], default="parallel",
                    help="parallel sampling, sequential check-and-revise rounds, or both (default parallel)")
     t.add_argument("--chains", type=positive_int, default=4, help="sequential: chains per problem (default 4)")
-    t.add_argument("--rounds", type=int, default=2, help="sequential: revision rounds after the first answer "
+    t.add_argument("--rounds", type=non_negative_int, default=2, help="sequential: revision rounds after the first answer "
                    "(default 2)")
     t.add_argument("--check", choices=["self", "verifier"], default="self",
                    help="sequential: who checks a response, the model itself (p(yes) after --verify-prompt) or "
@@ -172,7 +172,10 @@ def _verifier(args):
     weights = {}
     for item in args.verifier:
         name, sep, weight = item.partition("=")
-        weights[name.strip()] = float(weight) if sep else 1.0
+        try:
+            weights[name.strip()] = float(weight) if sep else 1.0
+        except ValueError:
+            raise ValueError(f"--verifier expects NAME or NAME=WEIGHT with a number (e.g. judge=0.5), got {item!r}") from None
     if not weights:
         if defined:
             raise ValueError(f"--verifier-spec defines {sorted(defined)} but no --verifier NAME uses it")
@@ -188,8 +191,6 @@ def _sequential(args, model, task, problems, settings, verifier) -> dict:
 
     if not isinstance(task, TextAnswers):
         raise ValueError("--mode sequential/both needs --problems-file: the revision and verify prompts are text")
-    if args.rounds < 0:
-        raise ValueError(f"--rounds must be >= 0, got {args.rounds}")
     tok = task.tokenizer
     yes_no = (single_token(tok, args.yes, "--yes"), single_token(tok, args.no, "--no")) if args.check == "self" else (0, 0)
     policy = HFPolicy(model, settings, task.eos_id, task.pad_id, *yes_no)
