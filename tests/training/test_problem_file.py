@@ -10,6 +10,8 @@ from assocmem.training.config import config_from_dict
 from assocmem.training.text_files import ByteTokenizer, byte_tokenizer_fast
 from assocmem.training.verifiable import ProblemsFile, TextAnswers, format_prompt, problem_sets
 
+from test_verifiers import _judge_folder
+
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 MATH = [{"problem": f"What is {i}/4?", "solution": f"It is $\\boxed{{\\frac{{{i}}}{{4}}}}$.", "level": i % 3}
@@ -82,10 +84,12 @@ def test_sft_then_eval_then_rl_on_a_problem_file(tmp_path):
     assert metrics["num_problems"] == 6 and 0 <= metrics["answer_accuracy"] <= metrics["answered"] <= 1
     rl = {"name": "rl", "output_dir": str(tmp_path / "runs"), "model": {"init_from": str(run)}, "data": section,
           "rollout": {"group_size": 2, "prompts_per_step": 2, "max_new_tokens": 6,
-                      "reward": {"correct": 1.0, "close": 0.5, "states_an_answer": 0.1},
-                      "verifiers": {"close": {"kind": "numeric", "abs_tol": 0.3}}},
+                      "reward": {"correct": 1.0, "close": 0.5, "states_an_answer": 0.1, "judge": 0.2},
+                      "verifiers": {"close": {"kind": "numeric", "abs_tol": 0.3},
+                                    "judge": {"kind": "model", "folder": str(_judge_folder(tmp_path)), "yes": "Y",
+                                              "no": "N", "device": "cpu"}}},
           "train": {"steps": 1, "progress": False, "threads": 1, "eval_samples": 1}}
     (tmp_path / "rl.yaml").write_text(yaml.safe_dump(rl))
     assert cli_main(["rl", str(tmp_path / "rl.yaml")]) == 0
     log = [json.loads(line) for line in (tmp_path / "runs" / "rl" / "log.jsonl").read_text().splitlines()]
-    assert [r["split"] for r in log] == ["eval", "train", "eval"] and 0 <= log[1]["reward"] <= 1.6
+    assert [r["split"] for r in log] == ["eval", "train", "eval"] and 0 < log[1]["reward"] < 1.8   # the judge's term is > 0
