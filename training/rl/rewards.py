@@ -26,11 +26,11 @@ from ..verifiable.verifiers import compose
 RewardFn = Callable[[Checkable, Sequence[Problem], Sequence[Sequence[tuple[int, ...]]]], object]
 
 
-def _checker(rule: str) -> RewardFn:
+def _checker(rule: str | None) -> RewardFn:
     def reward(task, problems, responses):
         return [[float(score_response(task, p, r, rule)[1]) for r in group] for p, group in zip(problems, responses)]
-    reward.__doc__ = (f"1 if the task's checker accepts the answer under the {rule or 'task'!r} scoring rule, else 0 "
-                      f"(the task's rule: its default_rule, 'first' for the token tasks)")
+    which = f"the {rule!r} scoring rule" if rule else "the task's scoring rule (its default_rule; first for the token tasks)"
+    reward.__doc__ = f"1 if the task's checker accepts the answer under {which}, else 0"
     return reward
 
 
@@ -76,12 +76,10 @@ def score(name: str | dict[str, float], task: Checkable, problems: Sequence[Prob
           responses: Sequence[Sequence[tuple[int, ...]]], verifiers: dict[str, RewardFn] | None = None) -> np.ndarray:
     """float64 [P, G] rewards of the reward ``name`` (``reward_fn``), checked (module docstring)."""
     want = (len(problems), len(responses[0]) if responses else 0)
-    fn = reward_fn(name, verifiers)
+    values = reward_fn(name, verifiers)(task, problems, responses)   # a verifier's own error passes as it is
     try:
-        out = np.asarray(fn(task, problems, responses), dtype=np.float64)
+        out = np.asarray(values, dtype=np.float64)
     except (TypeError, ValueError) as err:
-        if "rollout.reward" in str(err):
-            raise
         raise ValueError(f"rollout.reward {name!r} returned something that is not a [prompts, G] array of numbers "
                          f"({type(err).__name__}: {err})") from None
     if out.shape != want:

@@ -16,7 +16,7 @@ The kinds (``VERIFIER_KINDS``, one table; a config names one with ``kind:``):
                   answer, info) -> float or bool, where info is the problem's (reference "answer",
                   "question", "metadata")
     model         a second local HF model folder judges every response: p("Yes") after a judge
-                  prompt (judge.py; Nautile §4.1's LLM-judge reward, thesis §3.5's external verifier)
+                  prompt (judge.py; Nautile §4.2's LLM-judge reward, thesis §3.5's external verifier)
 
 ``compose(weights, verifiers)`` is Σ_name weight · verifier_name, the form of a config's
 ``{name: weight}``; names are the registered rewards and the verifiers the config defines.
