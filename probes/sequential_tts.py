@@ -11,7 +11,9 @@ Each problem runs ``chains`` independent chains. A chain is, for rounds r = 0 �
                s >= threshold: the chain stops and keeps y_{r−1}
                else y_r ~ policy(x y_{r−1} c), c = the revision prompt                      generated: |y_r|
 
-(y without its EOS inside a longer context). After every round each chain's current answer is graded
+(y without its EOS inside a longer context). The thesis' refinement reads the model's own written
+critique; here the critique is the check's verdict (a rejected response is followed by the revision
+prompt), so a round costs one response, not a critique and a response. After every round each chain's current answer is graded
 with the task's checker; the curve is accuracy against the mean tokens the policy generated per
 chain so far (the equal-compute axis, the same count as the parallel curves': k samples cost the
 sum of their lengths). Draws are seeded per round (``seed + round``). ``Policy`` is what the rounds
