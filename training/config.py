@@ -238,12 +238,104 @@ class FilesData(_Strict):
         return self
 
 
+class MixtureSource(_Strict):
+    """One source of a mixture: local files (text/JSONL/parquet, one format) or a local HF dataset folder
+    written by ``Dataset.save_to_disk``; its records' text is tokenized once and packed at each stage's seq_len."""
+
+    files: list[str] = Field(default_factory=list, description="local .txt/.md/.jsonl/.json/.parquet files (one "
+                             "format); 'corpus:NAME' is a file of the corpus the package ships (training/corpus/)")
+    dataset: str | None = Field(None, description="a folder written by datasets' save_to_disk (a Dataset, or a "
+                                "DatasetDict with split set); read in memory, nothing cached")
+    split: str | None = Field(None, description="the split of a DatasetDict folder")
+    text_field: str | list[str] = Field("text", description="the column holding the text; a list of columns is "
+                                        "joined with a newline per record (prompt and answer concatenated)")
+    sample_by: Literal["document", "paragraph", "line"] = Field("document", description="text files: record unit")
+
+    @model_validator(mode="after")
+    def _one_origin(self) -> "MixtureSource":
+        if bool(self.files) == (self.dataset is not None):
+            raise ValueError("a mixture source needs exactly one of files (a list of local files) or dataset (a "
+                             "save_to_disk folder)")
+        if self.split is not None and self.dataset is None:
+            raise ValueError("split is for a dataset folder (a DatasetDict); a files source has none")
+        if isinstance(self.text_field, list) and not self.text_field:
+            raise ValueError("text_field is an empty list; give a column name or a list of them")
+        return self
+
+
+class MixtureStage(_Strict):
+    """From optimizer step ``step`` on (0-based: the batch of step ``step`` is the first), new weights and/or a
+    new sequence length; what a stage leaves out stays as the stage before it had it."""
+
+    step: int = Field(gt=0, description="the first step of the stage")
+    weights: dict[str, float] | None = Field(None, description="source -> weight (a source left out: 0); null = "
+                                             "the previous stage's weights")
+    seq_len: int | None = Field(None, ge=2, description="block length from this stage on; null = unchanged")
+
+
+class MixtureData(_Strict):
+    """Several text sources drawn with weights, in stages (Nautile §3.1's staged curriculum): each row of the
+    batch of step s comes from source i with probability weights_i / Σ weights of the stage holding s, drawn
+    from numpy.random.default_rng([seed, 0, s]) (training/mixture.py), so a resumed run draws what an
+    uninterrupted one does; the rows drawn per source are logged (``mix/<source>`` in log.jsonl)."""
+
+    kind: Literal["mixture"] = "mixture"
+    sources: dict[str, MixtureSource] = Field(description="source name -> its files or dataset folder")
+    weights: dict[str, float] = Field(description="the first stage's weights: source -> weight ≥ 0 (a source left "
+                                      "out: 0; the sum must be > 0)")
+    seq_len: int = Field(512, ge=2, description="the first stage's block length")
+    stages: list[MixtureStage] = Field(default_factory=list, description="later stages, by increasing step")
+    tokenizer: str = Field("bytes", description="'bytes', a local HF tokenizer folder or a Hugging Face Hub id")
+    documents: Literal["separate", "joined"] = Field("separate", description="as FilesData.documents")
+    eval_fraction: float = Field(0.0, ge=0, lt=1, description="the last fraction of each source's records held "
+                                 "out, packed at the last stage's seq_len (0 = no evaluation)")
+
+    @model_validator(mode="after")
+    def _weights_and_stages(self) -> "MixtureData":
+        if not self.sources:
+            raise ValueError("data.sources is empty; name at least one source")
+        check_weights(self.weights, self.sources, "data.weights")
+        last = 0
+        for i, stage in enumerate(self.stages):
+            if stage.step <= last:
+                before = f"data.stages[{i - 1}].step={last}" if i else "0"
+                raise ValueError(f"data.stages[{i}].step={stage.step} must be greater than {before}: stages go by "
+                                 f"increasing step")
+            last = stage.step
+            if stage.weights is not None:
+                check_weights(stage.weights, self.sources, f"data.stages[{i}].weights")
+        return self
+
+    def schedule(self) -> list[tuple[int, dict[str, float], int]]:
+        """[(first step, weights of every source, seq_len)] per stage, the first at step 0."""
+        out = [(0, {name: float(self.weights.get(name, 0.0)) for name in self.sources}, self.seq_len)]
+        for stage in self.stages:
+            weights = out[-1][1] if stage.weights is None else {n: float(stage.weights.get(n, 0.0))
+                                                                 for n in self.sources}
+            out.append((stage.step, weights, stage.seq_len or out[-1][2]))
+        return out
+
+
+def check_weights(weights: dict[str, float], sources: dict, where: str) -> None:
+    """Refuse a source name that is not in ``sources``, a negative weight, or weights summing to 0 (``where``:
+    the field, e.g. data.stages[1].weights)."""
+    unknown = sorted(set(weights) - set(sources))
+    if unknown:
+        raise ValueError(f"{where} names {unknown}, which {'is' if len(unknown) == 1 else 'are'} not a source; "
+                         f"sources: {sorted(sources)}")
+    negative = {k: v for k, v in weights.items() if v < 0}
+    if negative:
+        raise ValueError(f"{where}: weights must be >= 0, got {negative}")
+    if sum(weights.values()) <= 0:
+        raise ValueError(f"{where}: the weights sum to {sum(weights.values())}; at least one source needs a weight > 0")
+
+
 DataConfig = Annotated[Union[MQARData, GraphWalkData, SelectiveCopyData, ChainSumData, GraphPathData, ModularData,
-                             NeedleData, FilesData, ProblemsData], Field(discriminator="kind")]
+                             NeedleData, FilesData, ProblemsData, MixtureData], Field(discriminator="kind")]
 DATA_KINDS: dict[str, type[BaseModel]] = {"mqar": MQARData, "graph_walk": GraphWalkData,
                                           "selective_copy": SelectiveCopyData, "chain_sum": ChainSumData,
                                           "graph_path": GraphPathData, "modular": ModularData, "needle": NeedleData,
-                                          "files": FilesData, "problems": ProblemsData}
+                                          "files": FilesData, "problems": ProblemsData, "mixture": MixtureData}
 
 
 # ---------------------------------------------------------------- optimisation
@@ -334,7 +426,7 @@ class TrainConfig(_Strict):
     seed: int = Field(0, description="seed of model init and everything random in the loop")
     model: ModelConfig = Field(description="the network")
     data: DataConfig = Field(description="the data; kind = mqar | graph_walk | selective_copy | chain_sum | "
-                             "graph_path | modular | needle | files | problems")
+                             "graph_path | modular | needle | files | problems | mixture")
     optim: OptimConfig = Field(default_factory=OptimConfig, description="optimizer and schedule")
     train: TrainLoopConfig = Field(description="loop settings")
 
@@ -347,6 +439,20 @@ class TrainConfig(_Strict):
     def _warmup_fits(self) -> "TrainConfig":
         if self.train.steps is not None and self.optim.warmup_steps > self.train.steps:
             raise ValueError(f"optim.warmup_steps={self.optim.warmup_steps} exceeds train.steps={self.train.steps}")
+        return self
+
+    @model_validator(mode="after")
+    def _stages_fit(self) -> "TrainConfig":
+        if not isinstance(self.data, MixtureData):
+            return self
+        if self.train.steps is None:
+            raise ValueError("data.kind: mixture is drawn per step, not read in epochs; set train.steps instead of "
+                             "train.epochs")
+        late = [(i, st.step) for i, st in enumerate(self.data.stages) if st.step >= self.train.steps]
+        if late:
+            i, step = late[0]
+            raise ValueError(f"data.stages[{i}].step={step} is not before train.steps={self.train.steps}: the stage "
+                             f"would never start; lower its step or raise train.steps")
         return self
 
     def to_yaml(self) -> str:

@@ -22,8 +22,9 @@ from .text_files import (ByteTokenizer, Tokenizer, encode_text, hf_tokenizer, lo
                          save_tokenizer, text_values, tokenizer_vocab_size)
 
 __all__ = ["ByteTokenizer", "Tokenizer", "encode_text", "hf_tokenizer", "load_text_files", "load_tokenizer",
-           "save_tokenizer", "tokenizer_vocab_size", "pack_dataset", "pair_dataset", "data_vocab_size",
-           "data_tokenizer", "data_eos_id", "build_datasets"]
+           "save_tokenizer", "tokenizer_vocab_size", "pack_dataset", "pack_documents", "encode_documents",
+           "pair_dataset", "data_vocab_size", "data_tokenizer", "data_eos_id", "build_datasets"]
+
 
 def pack_dataset(raw: datasets.Dataset, tokenizer, seq_len: int, *, text_field: str = "text",
                  documents: Literal["separate", "joined"]) -> datasets.Dataset:
@@ -39,12 +40,23 @@ def pack_dataset(raw: datasets.Dataset, tokenizer, seq_len: int, *, text_field: 
     """
     if text_field not in raw.column_names:
         raise ValueError(f"text_field {text_field!r} is not a column of the data; columns: {raw.column_names}")
+    return pack_documents(encode_documents(tokenizer, text_values(raw, text_field)), seq_len, documents=documents)
+
+
+def encode_documents(tokenizer, texts: Sequence[str]) -> list[list[int]]:
+    """Each text's token ids followed by the tokenizer's end-of-document id (if it has one)."""
+    eos = getattr(tokenizer, "eos_token_id", None)
+    return [encode_text(tokenizer, text) + ([eos] if eos is not None else []) for text in texts]
+
+
+def pack_documents(docs: Sequence[Sequence[int]], seq_len: int, *,
+                   documents: Literal["separate", "joined"]) -> datasets.Dataset:
+    """Documents (token ids, each ending with its EOS) concatenated and cut into [num_blocks, seq_len] blocks
+    (``pack_dataset``; the tail shorter than a block is dropped)."""
     if seq_len < 2:
         raise ValueError(f"seq_len must be >= 2, got {seq_len}")
     if documents not in ("separate", "joined"):
         raise ValueError(f"documents must be 'separate' or 'joined', got {documents!r}")
-    eos = getattr(tokenizer, "eos_token_id", None)
-    docs = [encode_text(tokenizer, text) + ([eos] if eos is not None else []) for text in text_values(raw, text_field)]
     stream = np.asarray([tok for doc in docs for tok in doc], dtype=np.int64)
     num_blocks = len(stream) // seq_len
     if num_blocks == 0:
@@ -97,17 +109,18 @@ def _files_dataset(data, files: Sequence[str], tokenizer) -> datasets.Dataset:
 
 def data_vocab_size(data) -> int:
     """Vocabulary size of a ``TrainConfig.data`` section without building the data."""
-    from .config import FilesData
+    from .config import FilesData, MixtureData
 
-    return tokenizer_vocab_size(load_tokenizer(data.tokenizer)) if isinstance(data, FilesData) else data.vocab_size
+    text = isinstance(data, (FilesData, MixtureData))
+    return tokenizer_vocab_size(load_tokenizer(data.tokenizer)) if text else data.vocab_size
 
 
 def data_tokenizer(data):
     """The text tokenizer of a ``TrainConfig.data`` section (file data), or None (synthetic tasks,
     whose ids are symbols of the task, not text)."""
-    from .config import FilesData
+    from .config import FilesData, MixtureData
 
-    return load_tokenizer(data.tokenizer) if isinstance(data, FilesData) else None
+    return load_tokenizer(data.tokenizer) if isinstance(data, (FilesData, MixtureData)) else None
 
 
 def data_eos_id(data, tokenizer=None) -> int | None:
@@ -121,8 +134,10 @@ def data_eos_id(data, tokenizer=None) -> int | None:
 
 
 def build_datasets(data) -> tuple[datasets.Dataset, datasets.Dataset | None, int]:
-    """(train, eval or None, vocabulary size) for a ``TrainConfig.data`` section."""
-    from .config import FilesData, GraphWalkData, MQARData, SelectiveCopyData
+    """(train, eval or None, vocabulary size) for a ``TrainConfig.data`` section (for a mixture, train is a
+    ``mixture.Mixture``: one dataset per stage's block length)."""
+    from .config import FilesData, GraphWalkData, MixtureData, MQARData, SelectiveCopyData
+    from .mixture import Mixture
     from .tasks import graph_walk_dataset, mqar_dataset, selective_copy_dataset
     from .verifiable import ProblemsFile, VerifiableTask, problem_sets, problems_dataset
 
@@ -140,6 +155,10 @@ def build_datasets(data) -> tuple[datasets.Dataset, datasets.Dataset | None, int
         else:
             held_out = None
         return packed, held_out, tokenizer_vocab_size(tokenizer)
+    if isinstance(data, MixtureData):
+        tokenizer = load_tokenizer(data.tokenizer)
+        mixture = Mixture(data, tokenizer)
+        return mixture, mixture.eval_dataset(), tokenizer_vocab_size(tokenizer)
     if isinstance(data, (VerifiableTask, ProblemsFile)):
         train_problems, eval_problems = problem_sets(data)
         return (problems_dataset(data, train_problems),

@@ -45,6 +45,7 @@ from .distributed import (DistInfo, all_gather_object, all_reduce_sum, barrier, 
 from .grad_transforms import GradTransforms
 from .log_sinks import check_sinks, open_sinks
 from .metrics import batch_positions, batch_tensors, evaluate
+from .mixture import Mixture, MixtureSampler
 from .model_factory import build_from_config, model_description, set_end_token
 from .objective import CausalLMObjective, check_documents_apart, check_supervised_logits
 from .optim import build_optimizer, build_scheduler, extend_schedule
@@ -177,16 +178,18 @@ class Trainer:
         self.tokenizer = data_tokenizer(cfg.data)  # saved beside the final model (None: synthetic ids)
         set_end_token(self.model, data_eos_id(cfg.data, self.tokenizer))
         self.total_steps = cfg.train.total_steps(len(self.train_ds))
-        self.sampler = StepSampler(len(self.train_ds), cfg.train.batch_size, seed=cfg.seed)
+        self.mixture = self.train_ds if isinstance(self.train_ds, Mixture) else None
+        self.sampler = (MixtureSampler(self.mixture, cfg.train.batch_size, seed=cfg.seed) if self.mixture is not None
+                        else StepSampler(len(self.train_ds), cfg.train.batch_size, seed=cfg.seed))
         self.optimizer = build_optimizer(self.model, cfg.optim)
         self.scheduler = build_scheduler(self.optimizer, cfg.optim, self.total_steps)
         self.grad_transforms = GradTransforms(cfg.train.grad_transforms, self.model)
         self.step, self.tokens, self.elapsed, self.skipped = 0, 0, 0.0, 0
         self.objective = self.build_objective()
         if cfg.train.logits == "supervised":
-            ids, labels = batch_tensors(self.train_ds, [0], info.device)
+            ids, labels = batch_tensors(self.first_dataset, [0], info.device)
             check_supervised_logits(self.model, ids, labels)
-        if batch_positions(self.train_ds, [0], info.device):  # packed documents, read one by one
+        if batch_positions(self.first_dataset, [0], info.device):  # packed documents, read one by one
             self._check_documents_apart()
         # every check has passed: only now is the run folder created (or, on resume, repaired)
         latest = _on_main(info, lambda: self._open_run_dir(resume, overwrite), *_SETUP_ERRORS)
@@ -210,7 +213,18 @@ class Trainer:
         if "position_ids" not in inspect.signature(self.objective.forward).parameters:
             raise ValueError(f"{type(self.objective).__name__} does not read packed documents one by one (its forward "
                              f"takes no position_ids); set data.documents: joined")
-        check_documents_apart(self.objective, batch_tensors(self.train_ds, [0], self.info.device)[0])
+        check_documents_apart(self.objective, batch_tensors(self.first_dataset, [0], self.info.device)[0])
+
+    @property
+    def first_dataset(self):
+        """The dataset the first step reads (the first stage's, for a mixture)."""
+        return self.train_ds if self.mixture is None else self.mixture.stage_dataset(0)
+
+    def batch_rows(self, step: int):
+        """(dataset, its rows for the global batch of ``step``: int64 [batch_size])."""
+        if self.mixture is not None:
+            return self.sampler.batch(step)
+        return self.train_ds, self.sampler.indices(step)
 
     def build_model(self, vocab_size: int) -> nn.Module:
         """The network trained (a subclass may freeze parameters here: the optimizer takes the trainable ones)."""
@@ -272,10 +286,11 @@ class Trainer:
         as they were and only advances the step, the schedule and the data position.
         """
         cfg, info = self.cfg.train, self.info
-        rows = self.sampler.indices(self.step)[rank_slice(cfg.batch_size, info)]
+        dataset, rows = self.batch_rows(self.step)
+        rows = rows[rank_slice(cfg.batch_size, info)]
         micro = _micro_batches(rows, cfg.micro_batch_size or len(rows))
-        batches = [(*batch_tensors(self.train_ds, m.tolist(), info.device),
-                    batch_positions(self.train_ds, m.tolist(), info.device)) for m in micro]
+        batches = [(*batch_tensors(dataset, m.tolist(), info.device),
+                    batch_positions(dataset, m.tolist(), info.device)) for m in micro]
         sums, bad_micro = self._forward_backward(batches)
         sums = all_reduce_sum(sums)  # every process sees the global loss (the non-finite decision is shared)
         finite = math.isfinite(float(sums[0]))
@@ -383,7 +398,7 @@ class Trainer:
             window_elapsed, window_tokens = self.elapsed, self.tokens
             record = {"step": self.step, "split": "train", **metrics, "tokens": self.tokens,
                       "tokens_per_s": speed, "elapsed_s": self.elapsed,
-                      "epoch": self.sampler.epoch_of(self.step)}
+                      "epoch": self.sampler.epoch_of(self.step), **self._mixture_drawn()}
             if self.log is not None:
                 self.log.write(record)
             bar.set_postfix(loss=f"{metrics['loss']:.4f}", acc=f"{metrics['accuracy']:.3f}",
@@ -394,6 +409,16 @@ class Trainer:
             self.save()
         clock = time.perf_counter()  # evaluation and checkpoints are not training time
         return clock, window_elapsed, window_tokens
+
+    def _mixture_drawn(self) -> dict:
+        """For a mixture: the stage of the last step and ``mix/<source>``, the rows drawn from each source over the
+        steps since the previous log line (steps (step − log_every, step], cut at a multiple of log_every)."""
+        if self.mixture is None:
+            return {}
+        every = self.cfg.train.log_every
+        start = (self.step - 1) // every * every
+        drawn = self.sampler.counts(start, self.step)
+        return {"stage": self.mixture.stage_of(self.step - 1), **{f"mix/{k}": v for k, v in drawn.items()}}
 
     def _notice_interrupt(self) -> None:
         notice_interrupt(self.info, self.cfg.name, self.step)

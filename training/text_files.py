@@ -3,7 +3,8 @@ GSM8K-style problem files) reads with.
 
 Files are read with ``datasets.load_dataset`` and local ``data_files`` only
 (no Hub access): ``.txt``/``.text``/``.md`` with the "text" builder,
-``.json``/``.jsonl`` with "json", ``.parquet`` with "parquet". Its cache lives in a temporary folder
+``.json``/``.jsonl`` with "json", ``.parquet`` with "parquet"; ``corpus:NAME`` names a file of the small
+corpus the package ships (training/corpus/). Its cache lives in a temporary folder
 removed after the read (the records are kept in memory), never in the user's home. Before that each
 file is checked (``check_data_file``): an empty, binary or non-UTF-8 file, or a malformed JSON record,
 is a ValueError naming the file and the line; ``text_values`` refuses a record whose text field is not
@@ -23,6 +24,22 @@ from typing import Literal, Protocol, Sequence
 import datasets
 
 from .hub import hub_folder, is_hub_id
+
+CORPUS = Path(__file__).resolve().parent / "corpus"  # the small text corpus the package ships (corpus/README.md)
+CORPUS_PREFIX = "corpus:"
+
+
+def data_path(name: str | Path) -> Path:
+    """A data file path; ``corpus:NAME`` is the file NAME of the shipped corpus (training/corpus/NAME)."""
+    text = str(name)
+    if not text.startswith(CORPUS_PREFIX):
+        return Path(name)
+    path = CORPUS / text[len(CORPUS_PREFIX):]
+    if not path.is_file():
+        shipped = sorted(p.name for p in CORPUS.iterdir() if p.suffix in (".txt", ".jsonl"))
+        raise ValueError(f"{text}: the shipped corpus has no such file; it has {shipped}")
+    return path
+
 
 _BUILDERS = {".txt": "text", ".text": "text", ".md": "text", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
 
@@ -129,7 +146,7 @@ def load_text_files(
     """Local files -> a Dataset of raw records (one builder for all files, chosen by suffix)."""
     if not files:
         raise ValueError("files is empty; give at least one local .txt/.jsonl/.json/.parquet file")
-    paths = [Path(f) for f in files]
+    paths = [data_path(f) for f in files]
     missing = [str(p) for p in paths if not p.is_file()]
     if missing:
         raise ValueError(f"data files not found: {missing}")

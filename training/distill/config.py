@@ -133,6 +133,14 @@ class DistillConfig(_Strict):
     def _safe_name(cls, name: str) -> str:
         return check_run_name(name)
 
+    @field_validator("data")
+    @classmethod
+    def _one_dataset(cls, data):
+        if getattr(data, "kind", None) == "mixture":
+            raise ValueError("stages 2 and 3 read one dataset; a mixture (data.kind: mixture) is for stage4.data "
+                             "or assocmem train; give data a files section or a task")
+        return data
+
     @property
     def root(self) -> Path:
         return Path(self.output_dir) / self.name
