@@ -29,7 +29,9 @@ def test_unknown_keys_are_rejected_with_the_allowed_list(update, where, allowed)
 
 
 def test_unknown_data_kind_lists_the_kinds():
-    with pytest.raises(ConfigError, match=r"data.kind must be one of \['mqar', 'graph_walk', 'selective_copy', 'chain_sum', 'graph_path', 'modular', 'needle', 'files', 'problems'\]"):
+    with pytest.raises(ConfigError, match=r"data.kind must be one of \['mqar', 'graph_walk', 'selective_copy', "
+                                          r"'chain_sum', 'graph_path', 'modular', 'needle', 'files', 'problems', "
+                                          r"'mixture'\]"):
         config_from_dict(merge(BASE, {"data": {"kind": "copy"}}))
 
 
