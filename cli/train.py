@@ -16,15 +16,19 @@ from .types import positive_int, seed_int
 
 
 INTERRUPTED = 130  # the exit status of a command stopped by Ctrl-C (128 + SIGINT)
+SMOKE_HELP = ("apply the config's smoke: section before any --set: the recipe shrunk (model, steps, data) to a run "
+              "of seconds on a CPU (docs/recipes.md)")
 
 
 def add_parser(subparsers) -> None:
     """Add the ``train`` and ``eval`` subcommands."""
     p = subparsers.add_parser("train", help="train a model from a YAML TrainConfig",
                               description="Train a model from a YAML TrainConfig (see training/configs/).")
-    bundled = Path(str(files("assocmem.training").joinpath("configs")))  # training/config_files.BUNDLED
-    shipped = ", ".join(sorted(c.stem for c in bundled.glob("*.yaml")))
-    p.add_argument("config", help=f"YAML TrainConfig (or sweep) file, the name of a bundled config ({shipped}), "
+    bundled = Path(str(files("assocmem.training").joinpath("configs")))  # training/config_files.bundled_configs
+    shipped = ", ".join(sorted(c.stem for c in bundled.glob("*.yaml"))
+                        + sorted(f"recipes/{c.stem}" for c in (bundled / "recipes").glob("*.yaml")))
+    p.add_argument("config", help=f"YAML TrainConfig (or sweep) file, the name of a bundled config or recipe "
+                   f"({shipped}), "
                    "or with --resume a run folder (resumed where it is, e.g. after moving it)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a field, e.g. --set optim.lr=1e-3 --set model.hybrid.layers=gdn,attn (repeatable)")
@@ -35,6 +39,7 @@ def add_parser(subparsers) -> None:
     mode.add_argument("--overwrite", action="store_true",
                       help="replace an existing run folder of the same name (and the --result file)")
     p.add_argument("--print-config", action="store_true", help="print the validated config(s) and exit")
+    p.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
     p.add_argument("--seeds", type=seed_int, nargs="+", metavar="S",
                    help="train once per seed (run <name>-s<S>; finished runs are reused) and print mean and range")
     p.add_argument("--result", metavar="PATH",
@@ -93,12 +98,15 @@ def _train(args: argparse.Namespace) -> int:
     if args.result and not args.seeds:
         print("assocmem train: --result needs --seeds (a result is a set of seeds)", file=sys.stderr)
         return 2
+    if args.smoke and args.seeds:
+        print("assocmem train: --smoke runs one seed; leave out --seeds (or --set seed=N)", file=sys.stderr)
+        return 2
     if sweep:
         return _sweep(args)
     if args.seeds:
         return _seeds(args)
     try:
-        cfg = load_config(args.config, args.overrides)
+        cfg = load_config(args.config, args.overrides, smoke=args.smoke)
     except ConfigError as err:
         print(f"assocmem train: {err}", file=sys.stderr)
         return 2
@@ -215,7 +223,7 @@ def _sweep(args: argparse.Namespace) -> int:
 
         current_versions()  # read now: the code this process runs
     try:
-        spec, runs = load_sweep(args.config, args.overrides, seeds=args.seeds)
+        spec, runs = load_sweep(args.config, args.overrides, seeds=args.seeds, smoke=args.smoke)
     except ConfigError as err:
         print(f"assocmem train: {err}", file=sys.stderr)
         return 2

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .config_files import ConfigError, Key, parse_key, parse_yaml, put_value, read_mapping, show_key, split_override
+from .config_files import (ConfigError, Key, parse_key, parse_yaml, put_value, read_mapping, show_key, split_override,
+                           take_smoke)
 from .grad_transforms import GradTransformConfig
 from .verifiable import ChainSum, GraphPath, Modular, Needle, ProblemsFile
 
@@ -571,9 +572,10 @@ def config_from_dict(data: dict) -> TrainConfig:
         raise ConfigError(_format(err)) from None
 
 
-def load_config(path: str | Path, overrides: list[str] | None = None) -> TrainConfig:
-    """Read a YAML config, apply ``--set`` overrides and validate; name defaults to the file stem."""
+def load_config(path: str | Path, overrides: list[str] | None = None, *, smoke: bool = False) -> TrainConfig:
+    """Read a YAML config, apply its ``smoke:`` section if ``smoke`` (config_files.take_smoke), then the ``--set``
+    overrides, and validate; name defaults to the file stem."""
     path = Path(path)
-    data = apply_overrides(read_mapping(path), overrides or [])
+    data = apply_overrides(take_smoke(read_mapping(path), path, smoke), overrides or [])
     data.setdefault("name", path.stem)
     return config_from_dict(data)

@@ -2,7 +2,8 @@
 ``read_mapping``; every YAML text goes through mixers/yaml_text.load_yaml: no tags, no duplicate keys,
 bounded depth and alias expansion, errors naming the file and line; ``parse_yaml`` for one value),
 ``--set key.sub=value`` overrides split and put into the raw mapping (``split_override``, ``put_value``;
-``key[i]`` reaches entry i of a list: ``model.hybrid.layers[0].bias.p=3``), and ``read_config_mapping``
+``key[i]`` reaches entry i of a list: ``model.hybrid.layers[0].bias.p=3``), a recipe's ``smoke:`` section
+(``take_smoke``, applied by ``--smoke``), and ``read_config_mapping``
 for the configs that validate the whole mapping themselves (distill, rl). ``config.py`` adds
 TrainConfig's typed overrides on top.
 """
@@ -48,13 +49,38 @@ def read_mapping(path: Path) -> dict:
     return data
 
 
-def read_config_mapping(path: str | Path, overrides: list[str] | None = None, *, example: str) -> dict:
-    """A YAML mapping from ``path`` with plain ``--set key.sub=value`` overrides applied (values parsed as
-    YAML, missing or null sections created) and ``name`` defaulting to the file's stem; for the configs
-    that validate the whole mapping themselves (distill, rl). ``example`` shows a valid override in the
-    error for one without ``=``."""
+SMOKE = "smoke"  # the recipe section that --smoke applies
+
+
+def take_smoke(data: dict, path: str | Path, smoke: bool) -> dict:
+    """Remove the ``smoke:`` section from a config mapping and, with ``smoke``, apply it.
+
+    A recipe's ``smoke:`` maps dotted keys to values (``train.steps: 4``, ``model.preset: thesis-tiny-transformer``,
+    ``sweep.axes.lr: {...}``): what ``--smoke`` sets, before any ``--set``, to shrink the model, the steps and the
+    data to a run of seconds on a CPU. ``--smoke`` on a config without that section raises ConfigError.
+    """
+    section = data.pop(SMOKE, None)
+    if section is not None and not isinstance(section, dict):
+        raise ConfigError(f"{path}: {SMOKE}: must map dotted keys to values (e.g. train.steps: 4), got "
+                          f"{type(section).__name__}")
+    if not smoke:
+        return data
+    if not section:
+        raise ConfigError(f"{path} has no {SMOKE}: section, so --smoke does not know how to shrink it; the recipes "
+                          f"in training/configs/recipes/ have one")
+    for dotted, value in section.items():
+        put_value(data, parse_key(str(dotted)), value, where=f"{path}: {SMOKE}.{dotted}")
+    return data
+
+
+def read_config_mapping(path: str | Path, overrides: list[str] | None = None, *, example: str,
+                        smoke: bool = False) -> dict:
+    """A YAML mapping from ``path`` with its ``smoke:`` section applied if ``smoke`` (``take_smoke``), then plain
+    ``--set key.sub=value`` overrides (values parsed as YAML, missing or null sections created) and ``name``
+    defaulting to the file's stem; for the configs that validate the whole mapping themselves (distill, rl).
+    ``example`` shows a valid override in the error for one without ``=``."""
     path = Path(path)
-    data = read_mapping(path)
+    data = take_smoke(read_mapping(path), path, smoke)
     for item in overrides or []:
         dotted, keys, raw = split_override(item, example)
         put_value(data, keys, parse_yaml(raw, source=f"--set {dotted}"), where=f"--set {dotted}")
@@ -129,12 +155,18 @@ def split_override(item: str, example: str) -> tuple[str, list[Key], str]:
 BUNDLED = Path(__file__).resolve().parent / "configs"  # the example configs shipped with the package
 
 
+def bundled_configs() -> list[str]:
+    """Names of the configs shipped in training/configs/ (recipes as recipes/<name>)."""
+    return sorted(p.stem for p in BUNDLED.glob("*.yaml")) + sorted(f"recipes/{p.stem}"
+                                                                   for p in (BUNDLED / "recipes").glob("*.yaml"))
+
+
 def resolve_config(name: str) -> str:
-    """A YAML path, or the name of a config shipped in training/configs/ (with or without .yaml)."""
+    """A YAML path, or the name of a config shipped in training/configs/ (with or without .yaml; recipes as
+    recipes/<name>)."""
     if Path(name).is_file():
         return name
     bundled = BUNDLED / (name if name.endswith((".yaml", ".yml")) else f"{name}.yaml")
     if bundled.is_file():
         return str(bundled)
-    shipped = sorted(p.stem for p in BUNDLED.glob("*.yaml"))
-    raise ConfigError(f"config file not found: {name} (bundled configs: {shipped})")
+    raise ConfigError(f"config file not found: {name} (bundled configs: {bundled_configs()})")

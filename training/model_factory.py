@@ -33,7 +33,9 @@ def hybrid_config(model: ModelConfig, *, vocab_size: int | None) -> "HybridConfi
     return model.hybrid_config(vocab_size=vocab_size)
 
 
-def _hf_config(hf_config: dict, *, vocab_size: int | None):
+def hf_config_object(hf_config: dict, *, vocab_size: int | None):
+    """The transformers config of a config dict with ``model_type`` (``vocab_size`` fills an unset one and refuses
+    a smaller one)."""
     from transformers import AutoConfig
 
     data = dict(hf_config)
@@ -49,7 +51,7 @@ def hf_model(hf_config: dict, *, vocab_size: int | None) -> nn.Module:
     """Any transformers causal LM from a config dict with ``model_type`` (randomly initialised)."""
     from assocmem.models.hf_load import causal_lm_from_config
 
-    return causal_lm_from_config(_hf_config(hf_config, vocab_size=vocab_size))
+    return causal_lm_from_config(hf_config_object(hf_config, vocab_size=vocab_size))
 
 
 def _build(model: ModelConfig, vocab_size: int | None) -> nn.Module:
@@ -122,7 +124,7 @@ def architecture_differences(model: ModelConfig, loaded_config, vocab_size: int 
     if loaded_config.model_type != want_type:
         return [f"model_type: config {want_type!r}, init_from {loaded_config.model_type!r}"]
     if model.hf_config is not None:
-        want = _hf_config(model.hf_config, vocab_size=vocab_size).to_dict()
+        want = hf_config_object(model.hf_config, vocab_size=vocab_size).to_dict()
         got = loaded_config.to_dict()
         keys = [k for k in model.hf_config if k != "model_type"] + ["vocab_size"]
         return [f"model.hf_config.{k}: config {want.get(k)!r}, init_from {got.get(k)!r}"

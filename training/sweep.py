@@ -4,7 +4,8 @@
     ...
     sweep:
       best_over: lr                  # the results table keeps the best run over this axis
-      metric: accuracy               # eval metric to maximise
+      metric: accuracy               # eval metric to optimise
+      goal: max                      # max (default) or min (loss, perplexity)
       axes:
         cell:  {L256-K16: {data.seq_len: 256, data.num_kv_pairs: 16}, L512-K64: {...}}
         mixer: {attention: {model.hybrid.layers: "attn,attn"}, gdn: {model.hybrid.layers: "gdn,gdn"}}
@@ -22,12 +23,12 @@ from __future__ import annotations
 import itertools
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from .config import ConfigError, TrainConfig, apply_overrides, config_from_dict, set_values
-from .config_files import read_yaml
+from .config_files import read_yaml, take_smoke
 from .runlog import CONFIG_FILE, SUMMARY_FILE
 
 
@@ -38,8 +39,10 @@ class SweepSpec(BaseModel):
 
     axes: dict[str, dict[str, dict[str, Any]]] = Field(
         description="axis name -> {label: {dotted.key: value}}; runs are the product over axes")
-    best_over: str | None = Field(None, description="axis maximised over in the results table (e.g. lr)")
-    metric: str = Field("accuracy", description="eval metric the table reports and maximises")
+    best_over: str | None = Field(None, description="axis optimised over in the results table (e.g. lr)")
+    metric: str = Field("accuracy", description="eval metric the table reports and optimises")
+    goal: Literal["max", "min"] = Field("max", description="the best run has the largest (max: accuracy) or the "
+                                        "smallest (min: loss, perplexity) metric")
 
 
 def is_sweep(path: str | Path) -> bool:
@@ -47,12 +50,13 @@ def is_sweep(path: str | Path) -> bool:
     return isinstance(data, dict) and "sweep" in data
 
 
-def load_sweep(path: str | Path, overrides: list[str] | None = None,
-               seeds: list[int] | None = None) -> tuple[SweepSpec, list[tuple[dict, TrainConfig]]]:
+def load_sweep(path: str | Path, overrides: list[str] | None = None, seeds: list[int] | None = None, *,
+               smoke: bool = False) -> tuple[SweepSpec, list[tuple[dict, TrainConfig]]]:
     """(sweep section, [(labels per axis, config)]) for every combination of labels; ``seeds``
-    adds the axis ``seed`` (see the module docstring)."""
+    adds the axis ``seed`` (see the module docstring); ``smoke`` applies the file's ``smoke:`` section first
+    (config_files.take_smoke: it may replace axes too, ``sweep.axes.lr: {...}``)."""
     path = Path(path)
-    data = read_yaml(path)
+    data = take_smoke(read_yaml(path), path, smoke)
     try:
         spec = SweepSpec.model_validate(data.pop("sweep"))
     except Exception as err:  # pydantic's message names the bad field
@@ -109,7 +113,8 @@ def results_table(spec: SweepSpec, runs: list[tuple[dict, TrainConfig]]) -> list
         value = (summary.get("eval") or {}).get(spec.metric)
         key = tuple((a, l) for a, l in labels.items() if a != spec.best_over)
         row = rows.setdefault(key, {**dict(key), spec.metric: None, "best": None, "tokens_per_s": None})
-        if value is not None and (row[spec.metric] is None or value > row[spec.metric]):
+        better = row[spec.metric] is None or (value > row[spec.metric] if spec.goal == "max" else value < row[spec.metric])
+        if value is not None and better:
             row.update({spec.metric: value, "best": labels.get(spec.best_over, cfg.name),
                         "tokens_per_s": summary["tokens_per_s"], "steps": summary["steps"]})
     return list(rows.values())

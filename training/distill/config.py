@@ -62,6 +62,21 @@ class StudentConfig(_Strict):
         return replace_fraction(self.replace_fraction, num_layers)
 
 
+class RandomTeacher(_Strict):
+    """A randomly initialised transformers teacher (under ``torch.manual_seed(seed)``): for smoke runs and tests
+    of the pipeline, not for a distillation worth keeping."""
+
+    hf_config: dict = Field(description="a transformers config dict with model_type (llama, qwen2, qwen3); "
+                            "vocab_size defaults to the data's vocabulary")
+
+    @field_validator("hf_config")
+    @classmethod
+    def _has_type(cls, hf_config: dict) -> dict:
+        if "model_type" not in hf_config:
+            raise ValueError("teacher.hf_config needs a model_type (e.g. llama)")
+        return hf_config
+
+
 class _Stage(_Strict):
     optim: OptimConfig = Field(default_factory=OptimConfig, description="optimizer and schedule of this stage")
     train: TrainLoopConfig = Field(description="loop settings of this stage (steps, batch, checkpoints, ...)")
@@ -121,7 +136,9 @@ class DistillConfig(_Strict):
     name: str = Field(description="the distillation's folder <output_dir>/<name> (holds stage1 ... stage4)")
     output_dir: str = Field("runs", description="parent folder")
     seed: int = Field(0, description="seed of the new mixer parameters (stage 1) and of every stage's loop")
-    teacher: str = Field(description="local transformers Llama / Qwen2 / Qwen3 folder, or a run folder (its final/)")
+    teacher: str | RandomTeacher = Field(
+        description="local transformers Llama / Qwen2 / Qwen3 folder, a run folder (its final/) or a Hugging Face Hub "
+        "id; or {hf_config: {...}}, a random teacher of that config (smoke runs)")
     student: StudentConfig = Field(description="the layers replaced and the mixer they get")
     data: DataConfig = Field(description="the data of stages 2 and 3 (and 4 unless stage4.data is set)")
     stage2: AlignStage | None = Field(None, description="attention alignment (null = skipped)")
@@ -161,7 +178,8 @@ def distill_config_from_dict(data: dict) -> DistillConfig:
         raise ConfigError("invalid distill config:\n" + "\n".join(lines)) from None
 
 
-def load_distill_config(path: str | Path, overrides: list[str] | None = None) -> DistillConfig:
+def load_distill_config(path: str | Path, overrides: list[str] | None = None, *,
+                        smoke: bool = False) -> DistillConfig:
     """Read a YAML DistillConfig, apply ``key.sub=value`` overrides (values parsed as YAML) and validate;
     ``name`` defaults to the file's stem."""
-    return distill_config_from_dict(read_config_mapping(path, overrides, example="stage3.temperature=2"))
+    return distill_config_from_dict(read_config_mapping(path, overrides, example="stage3.temperature=2", smoke=smoke))

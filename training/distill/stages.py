@@ -28,12 +28,12 @@ from ..data import build_datasets, data_vocab_size
 from ..distributed import barrier, broadcast_object, init_distributed, shutdown
 from ..loop import Trainer, train
 from ..metrics import evaluate
-from ..model_factory import load_pretrained, pretrained_folder
+from ..model_factory import hf_config_object, hf_model, load_pretrained, pretrained_folder
 from ..objective import IGNORE_INDEX, CausalLMObjective
 from ..runlog import CONFIG_FILE, SUMMARY_FILE, config_differences
 from ..tasks import arrays_to_dataset
 from .align import AlignmentObjective
-from .config import AlignStage, DistillConfig, KDStage, distill_config_from_dict
+from .config import AlignStage, DistillConfig, KDStage, RandomTeacher, distill_config_from_dict
 from .kd import KDObjective
 
 DISTILL_FILE = "distill.yaml"
@@ -51,15 +51,9 @@ def check_distill(cfg: DistillConfig) -> list[int]:
     from assocmem.memories import NonParametric, Spectral
     from assocmem.mixers import get_preset
     from assocmem.models.convert import check_replace, check_teacher_config
-    from assocmem.models.hf_load import load_hf_config
-
     try:
-        folder = pretrained_folder(cfg.teacher)
-    except FileNotFoundError as err:
-        raise ConfigError(f"teacher: {err}") from None
-    try:
-        config = load_hf_config(folder)
-    except (OSError, ValueError, KeyError) as err:
+        config = teacher_config(cfg)
+    except (OSError, ValueError, KeyError) as err:  # FileNotFoundError: not a saved model
         raise ConfigError(f"teacher: {err}") from None
     try:
         check_teacher_config(config, [])
@@ -88,6 +82,23 @@ def check_distill(cfg: DistillConfig) -> list[int]:
     if (cfg.stage2 is not None or cfg.stage3 is not None and cfg.stage3.trainable == "mixers") and not layers:
         raise ConfigError("student: no layer is replaced, so stages 2 and 3 (trainable: mixers) have nothing to train")
     return layers
+
+
+def teacher_config(cfg: DistillConfig):
+    """The transformers config of the teacher: its folder's, or the random teacher's (vocabulary: the data's)."""
+    from assocmem.models.hf_load import load_hf_config
+
+    if isinstance(cfg.teacher, RandomTeacher):
+        return hf_config_object(cfg.teacher.hf_config, vocab_size=data_vocab_size(cfg.data))
+    return load_hf_config(pretrained_folder(cfg.teacher))
+
+
+def load_teacher(cfg: DistillConfig) -> nn.Module:
+    """The teacher in eval mode: loaded from its folder, or built at random under ``torch.manual_seed(cfg.seed)``."""
+    if isinstance(cfg.teacher, RandomTeacher):
+        torch.manual_seed(cfg.seed)
+        return hf_model(cfg.teacher.hf_config, vocab_size=data_vocab_size(cfg.data)).eval()
+    return load_pretrained(cfg.teacher)
 
 
 # ---------------------------------------------------------------- data
@@ -258,7 +269,7 @@ def _run_stages(cfg: DistillConfig, info, layers: list[int], stages: list[int], 
     statuses = broadcast_object(decided)
     if isinstance(statuses, str):
         raise ValueError(statuses)
-    teacher = load_pretrained(cfg.teacher)
+    teacher = load_teacher(cfg)
     summaries = {}
     for k in chosen:
         folder = cfg.root / f"stage{k}"

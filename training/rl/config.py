@@ -195,7 +195,8 @@ def rl_config_from_dict(data: dict) -> RLConfig:
         raise ConfigError("invalid RL config:\n" + "\n".join(lines)) from None
 
 
-def load_rl_config(path: str | Path, overrides: list[str] | None = None) -> RLConfig:
+def load_rl_config(path: str | Path, overrides: list[str] | None = None, *,
+                        smoke: bool = False) -> RLConfig:
     """Read a YAML RLConfig, apply ``--set key=value`` (values parsed as YAML) and validate; name
     defaults to the file stem."""
-    return rl_config_from_dict(read_config_mapping(path, overrides, example="loss.beta=0.04"))
+    return rl_config_from_dict(read_config_mapping(path, overrides, example="loss.beta=0.04", smoke=smoke))
