@@ -89,7 +89,11 @@ def teacher_config(cfg: DistillConfig):
     from assocmem.models.hf_load import load_hf_config
 
     if isinstance(cfg.teacher, RandomTeacher):
-        return hf_config_object(cfg.teacher.hf_config, vocab_size=data_vocab_size(cfg.data))
+        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+        config = hf_config_object(cfg.teacher.hf_config, vocab_size=data_vocab_size(cfg.data))
+        config.architectures = config.architectures or [MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[config.model_type]]
+        return config  # as save_pretrained would write it
     return load_hf_config(pretrained_folder(cfg.teacher))
 
 
