@@ -233,7 +233,8 @@ class FilesData(_Strict):
         if (self.prompt_field is None) != (self.response_field is None):
             raise ValueError("data.prompt_field and data.response_field go together; give both or neither")
         for packed_only in ("text_field", "documents"):  # a dump of a valid config holds the defaults: allowed
-            if self.prompt_field is not None and getattr(self, packed_only) != type(self).model_fields[packed_only].default:
+            default = type(self).model_fields[packed_only].default
+            if self.prompt_field is not None and getattr(self, packed_only) != default:
                 raise ValueError(f"data.{packed_only} is for packed text; with prompt_field/response_field leave "
                                  f"it out")
         return self

@@ -25,7 +25,7 @@ from pathlib import Path
 import datasets
 import numpy as np
 
-from .data import encode_documents, pack_documents
+from .packing import encode_documents, pack_documents
 from .text_files import load_text_files, text_values
 
 

@@ -113,8 +113,8 @@ def results_table(spec: SweepSpec, runs: list[tuple[dict, TrainConfig]]) -> list
         value = (summary.get("eval") or {}).get(spec.metric)
         key = tuple((a, l) for a, l in labels.items() if a != spec.best_over)
         row = rows.setdefault(key, {**dict(key), spec.metric: None, "best": None, "tokens_per_s": None})
-        better = row[spec.metric] is None or (value > row[spec.metric] if spec.goal == "max" else value < row[spec.metric])
-        if value is not None and better:
+        best = row[spec.metric]
+        if value is not None and (best is None or (value > best if spec.goal == "max" else value < best)):
             row.update({spec.metric: value, "best": labels.get(spec.best_over, cfg.name),
                         "tokens_per_s": summary["tokens_per_s"], "steps": summary["steps"]})
     return list(rows.values())

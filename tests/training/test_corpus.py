@@ -25,5 +25,6 @@ def test_the_corpus_is_small_and_in_gsm8k_format():
 def test_corpus_names_resolve_to_the_shipped_files():
     assert data_path("corpus:prose.txt") == CORPUS / "prose.txt"
     assert len(load_text_files(["corpus:prose.txt"], sample_by="paragraph")) == 240
-    with pytest.raises(ValueError, match=r"corpus:poems.txt: the shipped corpus has no such file; it has \['math.jsonl', 'prose.txt'\]"):
+    with pytest.raises(ValueError, match=r"corpus:poems.txt: the shipped corpus has no such file; it has "
+                                         r"\['math.jsonl', 'prose.txt'\]"):
         data_path("corpus:poems.txt")
