@@ -166,6 +166,7 @@ def _data(section: dict | None, args):
     from assocmem.training.config import ConfigError, DataConfig, apply_overrides
     from assocmem.training.data import build_datasets
     from assocmem.training.evaluate import data_section
+    from assocmem.training.mixture import Mixture
 
     if args.data:
         section = data_section(args.data)
@@ -177,6 +178,8 @@ def _data(section: dict | None, args):
     except ValidationError as err:
         raise ConfigError(f"invalid data section: {err.errors()[0]['loc']}: {err.errors()[0]['msg']}") from None
     train, held_out, vocab = build_datasets(data_cfg)
+    if isinstance(train, Mixture):  # the first stage's blocks, every source
+        train = train.stage_dataset(0)
     data = train if args.split == "train" else held_out
     if data is None:
         raise ValueError("the data has no eval split; use --split train")

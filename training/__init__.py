@@ -10,6 +10,8 @@ reads the bundled configs' names without loading the floor).
     estimators.py     pass@k, maj@k, best-of-N, weighted vote, bootstrap intervals
     graphs.py         make_graph("grid" | "ring" | "hex"), random_walk (Park et al. 2025)
     data.py           build_datasets(cfg.data): synthetic tasks, verifiable tasks, packed text, prompt/response files
+    mixture.py        data.kind: mixture: weighted sources in stages, the draw a function of (seed, step)
+    packing.py        documents -> fixed-length blocks (position_ids per document)
     text_files.py     local text/jsonl/parquet files, byte tokenizer, local HF tokenizers
     model_factory.py  build_from_config(cfg.model, vocab_size): HybridConfig / preset / transformers config /
                       init_from a saved model (architecture mismatches named)
@@ -26,5 +28,7 @@ reads the bundled configs' names without loading the floor).
     seeds.py          one config over several seeds (``assocmem train CONFIG --seeds ... --result PATH``)
     results.py        result records: the JSON of a reproducible result (write_result, read_result); their
                       registry and ``assocmem reproduce`` live with the experiments (probes/experiments/)
-    configs/          example configs (MQAR Zoology Figure 2 sweep, GDN MQAR target, graph walks)
+    configs/          example configs (MQAR Zoology Figure 2 sweep, GDN MQAR target, graph walks); recipes/: the
+                      papers' runs (thesis 150M pre-training and LR/WD sweep, Table 3.2, Nautile), each with smoke:
+    corpus/           a small licence-clean text corpus (prose.txt, math.jsonl), named corpus:NAME in configs
 """

@@ -25,7 +25,7 @@ from pathlib import Path
 import datasets
 import numpy as np
 
-from .packing import encode_documents, pack_documents
+from .packing import TokenStream, encode_stream, pack_documents
 from .text_files import load_text_files, text_values
 
 
@@ -68,13 +68,14 @@ class Mixture:
 
     def __init__(self, data, tokenizer):
         self.data, self.names, self.schedule = data, list(data.sources), data.schedule()
-        self.train_docs: list[list[list[int]]] = []
-        self.eval_docs: list[list[int]] = []
+        self.train_docs: list[TokenStream] = []
+        held_out: list[TokenStream] = []
         for name, source in data.sources.items():
-            docs = encode_documents(tokenizer, read_source(source))
-            held = _held_out(len(docs), data.eval_fraction, name)
-            self.train_docs.append(docs[: len(docs) - held])
-            self.eval_docs += docs[len(docs) - held:]
+            docs = encode_stream(tokenizer, read_source(source))
+            kept = len(docs.lengths) - _held_out(len(docs.lengths), data.eval_fraction, name)
+            self.train_docs.append(docs.head(kept))
+            held_out.append(docs.tail(kept))
+        self.eval_docs = TokenStream.join(held_out)
         self._packed: dict[int, tuple[datasets.Dataset, np.ndarray]] = {}
         for j in range(len(self.schedule)):
             self.stage_dataset(j)  # every stage is packed (and refused) before the first step
@@ -99,7 +100,7 @@ class Mixture:
         if seq_len not in self._packed:
             parts, sizes = [], []
             for name, docs in zip(self.names, self.train_docs):
-                tokens = sum(len(d) for d in docs)
+                tokens = len(docs.tokens)
                 if tokens < seq_len:
                     drawn = [j for j, (_, w, n) in enumerate(self.schedule) if n == seq_len and w[name] > 0]
                     if drawn:
@@ -116,7 +117,7 @@ class Mixture:
 
     def eval_dataset(self) -> datasets.Dataset | None:
         """The held-out records of every source packed at the last stage's length (None without eval_fraction)."""
-        if not self.eval_docs:
+        if not len(self.eval_docs.lengths):
             return None
         return pack_documents(self.eval_docs, self.schedule[-1][2], documents=self.data.documents)
 
