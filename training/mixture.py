@@ -90,13 +90,15 @@ class Mixture:
         return w / w.sum()
 
     def stage_dataset(self, stage: int) -> datasets.Dataset:
-        return self._pack(self.schedule[stage][2], stage)[0]
+        """The blocks ``stage`` draws from: every source packed at its length (input_ids, labels[, position_ids])."""
+        return self._pack(self.schedule[stage][2])[0]
 
     def offsets(self, stage: int) -> np.ndarray:
         """First row of each source in ``stage_dataset(stage)``, then the total (int64 [num sources + 1])."""
-        return self._pack(self.schedule[stage][2], stage)[1]
+        return self._pack(self.schedule[stage][2])[1]
 
-    def _pack(self, seq_len: int, stage: int) -> tuple[datasets.Dataset, np.ndarray]:
+    def _pack(self, seq_len: int) -> tuple[datasets.Dataset, np.ndarray]:
+        """(every source's blocks of ``seq_len`` in one dataset, the sources' first rows), packed once per length."""
         if seq_len not in self._packed:
             parts, sizes = [], []
             for name, docs in zip(self.names, self.train_docs):
@@ -119,7 +121,12 @@ class Mixture:
         """The held-out records of every source packed at the last stage's length (None without eval_fraction)."""
         if not len(self.eval_docs.lengths):
             return None
-        return pack_documents(self.eval_docs, self.schedule[-1][2], documents=self.data.documents)
+        seq_len = self.schedule[-1][2]
+        if len(self.eval_docs.tokens) < seq_len:
+            raise ValueError(f"data.eval_fraction={self.data.eval_fraction} holds out {len(self.eval_docs.tokens)} "
+                             f"tokens, fewer than one block of the last stage's seq_len={seq_len}; raise eval_fraction "
+                             f"or set it to 0")
+        return pack_documents(self.eval_docs, seq_len, documents=self.data.documents)
 
     def __len__(self) -> int:
         """Training blocks at the first stage's length."""

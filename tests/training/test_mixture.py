@@ -174,3 +174,16 @@ def test_a_saved_dataset_source_is_read_without_a_cache(tmp_path, corpus, monkey
     with pytest.raises(ValueError, match=r"holds the splits \['train'\]; set split"):
         build_datasets(cfg.data.model_copy(update={"sources": {
             **cfg.data.sources, "saved": cfg.data.sources["saved"].model_copy(update={"split": None})}}))
+
+
+def test_too_little_text_for_a_block_is_refused_naming_the_source(tmp_path, corpus):
+    cfg = config_from_dict(mixture_config(tmp_path, corpus, data={"stages": [{"step": 3, "weights": {"qa": 1},
+                                                                                "seq_len": 8192}]}))
+    with pytest.raises(ValueError, match=r"data.sources.qa: \d+ training tokens, fewer than one block of "
+                                         r"seq_len=8192, which stage 1 draws it at"):
+        build_datasets(cfg.data)
+    cfg = config_from_dict(mixture_config(tmp_path, corpus, data={"eval_fraction": 0.01,
+                                                                  "stages": [{"step": 3, "seq_len": 1024}]}))
+    with pytest.raises(ValueError, match=r"eval_fraction=0.01 holds out \d+ tokens, fewer than one block of the last "
+                                         r"stage's seq_len=1024"):
+        build_datasets(cfg.data)
