@@ -40,7 +40,8 @@ def test_the_full_sizes_validate():
             distill.stage3.train.epochs, distill.stage4.train.epochs) == ("reverse", 5e-6, 1e-5, 8192, 1, 2)
     rl = load_rl_config(resolve_config("recipes/nautile_rl_balanced"))
     assert (rl.loss.algorithm, rl.loss.aggregation, rl.rollout.group_size, rl.rollout.advantage_scale,
-            rl.train.steps) == ("balanced", "dapo", 4, "none", 500)
+            rl.train.steps, rl.data.kind, rl.data.extractor) == ("balanced", "dapo", 4, "none", 500, "problems",
+                                                                 "gsm8k")
 
 
 @pytest.mark.parametrize("recipe", sorted(RECIPES))
