@@ -71,7 +71,11 @@ class Mixture:
         self.train_docs: list[TokenStream] = []
         held_out: list[TokenStream] = []
         for name, source in data.sources.items():
-            docs = encode_stream(tokenizer, read_source(source))
+            try:
+                texts = read_source(source)
+            except ValueError as err:
+                raise ValueError(f"data.sources.{name}: {err}") from None
+            docs = encode_stream(tokenizer, texts)
             kept = len(docs.lengths) - _held_out(len(docs.lengths), data.eval_fraction, name)
             self.train_docs.append(docs.head(kept))
             held_out.append(docs.tail(kept))

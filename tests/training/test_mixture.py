@@ -171,7 +171,8 @@ def test_a_saved_dataset_source_is_read_without_a_cache(tmp_path, corpus, monkey
     assert sorted(p.relative_to(folder) for p in folder.rglob("*")) == before  # no cache file beside the data
     assert not home.exists()                                                    # nor in the home folder
     assert (sorted(cache.rglob("*")) if cache.is_dir() else []) == cached       # nor in datasets' cache
-    with pytest.raises(ValueError, match=r"holds the splits \['train'\]; set split"):
+    with pytest.raises(ValueError, match=r"data.sources.saved: dataset '.*saved' holds the splits \['train'\]; set "
+                                         r"split"):
         build_datasets(cfg.data.model_copy(update={"sources": {
             **cfg.data.sources, "saved": cfg.data.sources["saved"].model_copy(update={"split": None})}}))
 
