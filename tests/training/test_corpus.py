@@ -28,3 +28,15 @@ def test_corpus_names_resolve_to_the_shipped_files():
     with pytest.raises(ValueError, match=r"corpus:poems.txt: the shipped corpus has no such file; it has "
                                          r"\['math.jsonl', 'prose.txt'\]"):
         data_path("corpus:poems.txt")
+
+
+def test_the_corpus_and_the_recipes_are_package_data():
+    import tomllib
+
+    root = CORPUS.parents[1]
+    patterns = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"][
+        "assocmem.training"]
+    shipped = {p.relative_to(root / "training") for pattern in patterns for p in (root / "training").glob(pattern)}
+    wanted = {p.relative_to(root / "training") for p in [*CORPUS.glob("*.*"), *(root / "training" / "configs" /
+                                                                                "recipes").glob("*.yaml")]}
+    assert wanted <= shipped
