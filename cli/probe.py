@@ -224,7 +224,8 @@ def _causality(args) -> Path:
         print(f"{r.target}: {'causal' if r.causal else f'LEAKS from position {r.first_leak}'} "
               f"(max leak {r.max_leak:.3g})")
     out = io.prepare_out(args.out, args.overwrite)
-    panel = CurvePanel("max |Δ output| at position p when inputs after p change", "position", "leak",
+    panel = CurvePanel("max |Δ output| at position p when inputs after p change", "position p (token index)",
+                       "leak: max |Δ output| (output units)",
                        {r.target: (list(range(r.seq_len)), list(r.leak)) for r in reports}, logx=False, logy=True)
     save_curve_panels(out / "causality.png", [panel])
     io.write_json(out, "causality", {"all_causal": all(r.causal for r in reports),
@@ -271,7 +272,8 @@ def _capacity(args) -> Path:
     out = io.prepare_out(args.out, args.overwrite)
     curves = capacity_sweep(memories, num_pairs=tuple(args.num_pairs), key_dim=args.key_dim,
                             value_dim=args.value_dim, trials=args.trials, form=args.form, seed=args.seed)
-    panels = [CurvePanel(f"{title} (K={args.key_dim}, V={args.value_dim})", "stored pairs N", "relative MSE",
+    panels = [CurvePanel(f"{title} (K={args.key_dim}, V={args.value_dim})", "stored pairs N",
+                         "relative MSE (Σ‖r − v‖² / Σ‖v‖²)",
                          {f"{c.label} [{c.state_floats} floats]": (c.num_pairs, getattr(c, key)) for c in curves})
               for title, key in (("raw", "rel_mse"), ("gain-corrected", "rel_mse_scaled"))]
     save_curve_panels(out / "capacity.png", panels)

@@ -76,6 +76,7 @@ Energy = Literal["park", "normalised"]
 ENERGIES: dict[str, Callable[[np.ndarray, np.ndarray], float]] = {"park": _park, "normalised": _normalised}
 ENERGY_LABELS = {"park": "Dirichlet energy Σ A_ij ‖x_i − x_j‖² (Park et al.)",
                  "normalised": "normalised Dirichlet energy (÷ 2d‖X‖²_F)"}
+ENERGY_UNITS = {"park": "E (squared hidden-state distance)", "normalised": "E (dimensionless)"}
 
 
 def dirichlet_energy(X: np.ndarray, A: np.ndarray, energy: Energy = "park") -> float:

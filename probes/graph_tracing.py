@@ -36,10 +36,10 @@ import torch
 
 from assocmem.training.graphs import random_walk
 
-from .energy import (ENERGIES, ENERGY_LABELS, Energy, adjacency, dirichlet_energy, energy_ratio,
+from .energy import (ENERGIES, ENERGY_LABELS, ENERGY_UNITS, Energy, adjacency, dirichlet_energy, energy_ratio,
                      neighbour_mixing_control, pca_2d)
 from .io import check_length
-from .plotting import CurvePanel, PCAPanel, save_curve_panels, save_pca_panels
+from .plotting import ACCURACY_LIMITS, CurvePanel, PCAPanel, save_curve_panels, save_pca_panels
 
 
 @dataclass
@@ -290,24 +290,28 @@ def trace_graph(
 
 def save_graph_tracing_figures(result: GraphTracingResult, graph: nx.Graph, out_dir, name: str = "graph_tracing",
                                title: str = "") -> list:
-    """Write <name>_pca.png (rows = layers, columns = PCA contexts, plus the control panel)
-    and <name>_curves.png (energy, energy ratio per layer and accuracy against context)."""
+    """Write <name>_pca.png (a row of PCA contexts per layer, then the control panel, on a
+    near-square grid) and <name>_curves.png (energy, energy ratio per layer and accuracy against context)."""
     from pathlib import Path
 
     out_dir = Path(out_dir)
     pca_cs = sorted({c for _, c in result.pca})
-    rows = [[PCAPanel(result.pca[(l, c)], f"layer {l}, c={c}") for c in pca_cs] for l in range(result.num_layers)]
-    rows[0].append(PCAPanel(result.control["mixed_pca"], "control: X + A X"))
+    rows = [[PCAPanel(result.pca[(l, c)], f"layer {l}, c={c}", result.pca_explained.get((l, c))) for c in pca_cs]
+            for l in range(result.num_layers)]
+    rows.append([PCAPanel(result.control["mixed_pca"], "control: X + A X", result.control.get("mixed_pca_explained"))])
     cs = result.context_lengths
     per_layer = lambda a: {f"layer {l}": (cs, list(a[l])) for l in range(result.num_layers)}  # noqa: E731
+    context = "context length (tokens)"
     panels = [
-        CurvePanel(ENERGY_LABELS[result.energy_definition], "context length", "E", per_layer(result.energy),
-                   logy=True, hline=result.control["mixed_energy"], hline_label="control X+AX"),
-        CurvePanel("energy ratio E / E[shuffled]", "context length", "ratio", per_layer(result.energy_ratio),
-                   hline=result.control["mixed_energy_ratio"], hline_label="control X+AX"),
-        CurvePanel("neighbour accuracy", "context length", "mass on neighbours",
+        CurvePanel(ENERGY_LABELS[result.energy_definition], context, ENERGY_UNITS[result.energy_definition],
+                   per_layer(result.energy), logy=True, hline=result.control["mixed_energy"],
+                   hline_label="control X+AX"),
+        CurvePanel("energy ratio E / E[shuffled]", context, "ratio (1 = unrelated to the graph)",
+                   per_layer(result.energy_ratio), hline=result.control["mixed_energy_ratio"],
+                   hline_label="control X+AX"),
+        CurvePanel("neighbour accuracy", context, "probability mass on neighbours",
                    {"graph tokens": (cs, list(result.accuracy)), "full vocab": (cs, list(result.accuracy_full))},
-                   hline=result.chance, hline_label="chance (graph tokens)"),
+                   hline=result.chance, hline_label="chance (graph tokens)", ylim=ACCURACY_LIMITS),
     ]
     return [save_pca_panels(out_dir / f"{name}_pca.png", rows, graph, suptitle=title),
             save_curve_panels(out_dir / f"{name}_curves.png", panels, suptitle=title)]

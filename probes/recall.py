@@ -24,7 +24,7 @@ from assocmem.training.progress import progress
 from assocmem.training.tasks import mqar_arrays
 
 from .io import check_length
-from .plotting import CurvePanel, save_curve_panels
+from .plotting import ACCURACY_LIMITS, CurvePanel, save_curve_panels
 
 
 @dataclass
@@ -152,26 +152,33 @@ def train_mqar_models(mixers: list[str], d_models: list[int], *, out_dir: str | 
 
 
 def save_recall_figures(points: list[RecallPoint], out_dir: str | Path, name: str = "recall") -> list[Path]:
-    """<name>_vs_state.png (Zoology style: log state size, a line per mixer, a panel per (L, K))
-    and <name>_vs_pairs.png (a line per model)."""
+    """<name>_vs_state.png (Zoology style: log state size, a line per mixer, a panel per (L, K);
+    where no mixer has two state sizes, one panel with a point per mixer and (L, K) instead of a
+    grid of single dots) and <name>_vs_pairs.png (a line per model)."""
     out_dir = Path(out_dir)
     settings = sorted({(p.seq_len, p.num_kv_pairs) for p in points})
-    state_panels = []
-    for L, K in settings:
-        series: dict[str, tuple[list[float], list[float]]] = {}
-        for mixer in sorted({p.mixer for p in points}):
-            pts = sorted((p.state_size, p.accuracy) for p in points
-                         if p.mixer == mixer and (p.seq_len, p.num_kv_pairs) == (L, K))
-            if pts:
-                series[mixer] = ([float(s) for s, _ in pts], [a for _, a in pts])
-        state_panels.append(CurvePanel(f"MQAR L={L}, K={K}", "state size (floats)", "accuracy", series,
-                                       ylim=(0, 1.02)))
+    mixers = sorted({p.mixer for p in points})
+    state, accuracy = "state size (floats per sequence)", "accuracy (fraction correct)"
+
+    def curve(keep) -> tuple[list[float], list[float]]:
+        pts = sorted((p.state_size, p.accuracy) for p in points if keep(p))
+        return [float(s) for s, _ in pts], [a for _, a in pts]
+
+    by_setting = {(L, K): {m: curve(lambda p: p.mixer == m and (p.seq_len, p.num_kv_pairs) == (L, K)) for m in mixers}
+                  for L, K in settings}
+    if any(len(xs) > 1 for series in by_setting.values() for xs, _ in series.values()):
+        state_panels = [CurvePanel(f"MQAR L={L}, K={K}", state, accuracy, {m: c for m, c in series.items() if c[0]},
+                                   ylim=ACCURACY_LIMITS) for (L, K), series in by_setting.items()]
+    else:
+        state_panels = [CurvePanel("MQAR accuracy vs state size", state, accuracy,
+                                   {f"{m}, L={L}, K={K}": c for (L, K), series in by_setting.items()
+                                    for m, c in series.items() if c[0]}, ylim=ACCURACY_LIMITS)]
     pair_series = {}
     for label in dict.fromkeys(p.label for p in points):
         pts = sorted((p.num_kv_pairs, p.accuracy) for p in points if p.label == label)
         pair_series[label] = ([float(k) for k, _ in pts], [a for _, a in pts])
-    pair_panel = CurvePanel("MQAR accuracy vs key-value pairs", "key-value pairs K", "accuracy", pair_series,
-                            ylim=(0, 1.02))
+    pair_panel = CurvePanel("MQAR accuracy vs key-value pairs", "key-value pairs K", accuracy, pair_series,
+                            ylim=ACCURACY_LIMITS)
     return [save_curve_panels(out_dir / f"{name}_vs_state.png", state_panels),
             save_curve_panels(out_dir / f"{name}_vs_pairs.png", [pair_panel])]
 

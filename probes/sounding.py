@@ -218,7 +218,7 @@ def run_sounding(args):
 
 def save_sounding_figure(results: list[Sounding], path, *, threshold: float, max_spectra: int = 6):
     """ρ per parameter (with the white-noise ρ and the threshold), and the strongest spectra."""
-    from .plotting import plt
+    from .plotting import finish, log_axis, plt, save_figure
 
     ordered = sorted(results, key=lambda r: -r.rho)
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, max(3.0, 0.25 * len(results) + 1)))
@@ -228,16 +228,13 @@ def save_sounding_figure(results: list[Sounding], path, *, threshold: float, max
     left.axvline(threshold, color="tab:red", ls="--", label=f"threshold {threshold}")
     left.set_xlim(0, 1)
     left.set_xlabel("ρ (top-K power / total)")
+    left.set_ylabel("parameter")
     left.tick_params(axis="y", labelsize=6)
-    left.legend(fontsize=7)
     for r in ordered[:max_spectra]:
         total = sum(r.power)
         right.plot(range(len(r.power)), [p / total + 1e-12 for p in r.power], label=f"{r.param} (ρ={r.rho:.2f})")
-    right.set_yscale("log")
-    right.set_xlabel("mode k")
-    right.set_ylabel("P(k) / Σ P")
-    right.legend(fontsize=6)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    log_axis(right.yaxis)
+    right.set_xlabel("mode k (Fourier index along the axis)")
+    right.set_ylabel("P(k) / Σ P (share of power)")
+    finish(fig)
+    return save_figure(fig, path, dpi=120)

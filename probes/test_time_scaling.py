@@ -32,7 +32,7 @@ from assocmem.training.estimators import (best_of_n_expected, bootstrap_interval
 from assocmem.training.generation import Completions, SamplingSettings, check_context, sample_completions
 from assocmem.training.verifiable import RULES, Checkable, Problem, score_response, task_rule
 
-from .plotting import CurvePanel, save_curve_panels
+from .plotting import ACCURACY_LIMITS, CurvePanel, save_curve_panels
 
 
 @dataclass
@@ -156,9 +156,10 @@ def save_tts_figure(report: dict, path: str | Path, title: str = "") -> Path:
     plotted = [m for m in PLOTTED if m in metrics]
     label = {m: ("pass@k (= best-of-N, checker)" if m == "pass@k" else m) for m in plotted}
     panel = CurvePanel(title or f"{report['num_problems']} problems × n = {report['settings']['num_samples']} "
-                       f"(rule: {report['rule']})", "k samples", "accuracy",
+                       f"(rule: {report['rule']})", "k samples per problem", "accuracy (fraction of problems)",
                        {label[m]: (metrics[m]["k"], metrics[m]["mean"]) for m in plotted},
-                       bands={label[m]: (metrics[m]["low"], metrics[m]["high"]) for m in plotted}, logx_base=2)
+                       bands={label[m]: (metrics[m]["low"], metrics[m]["high"]) for m in plotted}, logx_base=2,
+                       ylim=ACCURACY_LIMITS)
     return save_curve_panels(path, [panel])
 
 
@@ -177,5 +178,6 @@ def save_equal_compute_figure(parallel: dict | None, sequential: dict | None, pa
     if sequential is not None:
         series[f"sequential ({sequential['check']} check), rounds 0..{sequential['rounds'][-1]}"] = (
             sequential["tokens"], sequential["accuracy"])
-    panel = CurvePanel(title or "equal compute", "tokens generated per problem", "accuracy", series, logx_base=2)
+    panel = CurvePanel(title or "equal compute", "tokens generated per problem", "accuracy (fraction of problems)",
+                       series, logx_base=2, ylim=ACCURACY_LIMITS)
     return save_curve_panels(path, [panel])

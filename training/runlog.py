@@ -204,42 +204,30 @@ class RunLog:
 
 
 # ---------------------------------------------------------------- PNG
-def plain_log_labels(axis, values) -> None:
-    """On a log axis whose positive ``values`` span less than a decade, matplotlib labels the minor
-    ticks in mathtext (4×10⁰, 5×10⁰, ...); label every tick as a plain number instead (4, 4.5, ...)."""
-    import matplotlib.ticker
-
-    positive = [float(v) for v in values if v is not None and math.isfinite(v) and v > 0]
-    if positive and max(positive) / min(positive) < 10:
-        plain = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:.3g}")
-        axis.set_major_formatter(plain)
-        axis.set_minor_formatter(plain)
-
-
 def plot_curves(run_dir: str | Path) -> Path:
-    """Train/eval loss and accuracy against step from log.jsonl -> curves.png."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    """Train/eval loss (log axis, at least three labelled ticks over the run's range) and accuracy
+    against step from log.jsonl -> curves.png."""
+    from .figures import ACCURACY_LIMITS, finish, integer_axis, log_axis, plt, save_figure
 
     run_dir = Path(run_dir)
     records = read_log(run_dir / LOG_FILE)
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for split, style in (("train", "-"), ("eval", "o-")):
-        rows = [r for r in records if r.get("split") == split]
+    for split, marker in (("train", None), ("eval", "o")):
+        rows = [r for r in records if r.get("split") == split and "loss" in r]
         steps = [r["step"] for r in rows]
-        axes[0].plot(steps, [r["loss"] for r in rows], style, label=split, markersize=3)
-        axes[1].plot(steps, [r["accuracy"] for r in rows], style, label=split, markersize=3)
-    axes[0].set(xlabel="step", ylabel="loss (supervised positions)", yscale="log")
-    plain_log_labels(axes[0].yaxis, [r["loss"] for r in records if "loss" in r])
-    axes[1].set(xlabel="step", ylabel="accuracy (supervised positions)", ylim=(0, 1))
+        marker = "o" if len(rows) == 1 else marker  # a lone point is drawn, not an invisible line
+        axes[0].plot(steps, [r["loss"] for r in rows], marker=marker, label=split, markersize=3)
+        axes[1].plot(steps, [r.get("accuracy", math.nan) for r in rows], marker=marker, label=split,
+                     markersize=3, clip_on=False)
+    losses = [r["loss"] for r in records if isinstance(r.get("loss"), (int, float)) and r["loss"] > 0]
+    if losses:
+        log_axis(axes[0].yaxis)
+    axes[0].set(xlabel="step (optimizer updates)", ylabel="loss (nats per supervised token)")
+    axes[1].set(xlabel="step (optimizer updates)", ylabel="accuracy (fraction of supervised tokens)",
+                ylim=ACCURACY_LIMITS)
     for ax in axes:
+        integer_axis(ax.xaxis)
         ax.grid(alpha=0.3)
-        ax.legend()
-    fig.suptitle(run_dir.name)
-    fig.tight_layout()
-    out = run_dir / CURVES_FILE
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+        ax.grid(alpha=0.12, which="minor")
+    finish(fig, run_dir.name)
+    return save_figure(fig, run_dir / CURVES_FILE)

@@ -213,23 +213,25 @@ def markdown_table(rows: list[dict]) -> str:
 
 def save_curves(records: list[dict], path: Path) -> Path:
     """Held-out accuracy against epoch, one panel per p, one colour per variant."""
-    from ..plotting import plt, save_figure
+    from ..plotting import ACCURACY_LIMITS, finish, integer_axis, panel_grid, save_figure
 
     ps = sorted({r["p"] for r in records})
-    fig, axes = plt.subplots(1, len(ps), figsize=(6 * len(ps), 4), squeeze=False)
+    fig, axes = panel_grid(max(len(ps), 1), size=(5.0, 3.6))
     colours = {v: f"C{i}" for i, v in enumerate(VARIANTS)}
-    for ax, p in zip(axes[0], ps):
+    for ax, p in zip(axes, ps):
         seen = set()
         for r in (r for r in records if r["p"] == p):
             e, a = zip(*r["val_curve"])
             ax.plot(e, a, color=colours[r["variant"]], lw=1, label=None if r["variant"] in seen else r["variant"])
             seen.add(r["variant"])
-        ax.axhline(THRESHOLD, color="k", ls=":", lw=0.8)
+        ax.axhline(THRESHOLD, color="k", ls=":", lw=0.8, label=f"threshold {THRESHOLD}")
         ax.set_title(f"(a + b) mod {p}")
         ax.set_xlabel("epoch (full batch)")
-        ax.set_ylabel("held-out accuracy")
-        ax.legend(fontsize=7)
-    fig.tight_layout()
+        ax.set_ylabel("held-out accuracy (fraction correct)")
+        ax.set_ylim(*ACCURACY_LIMITS)
+        integer_axis(ax.xaxis)
+        ax.grid(alpha=0.3)
+    finish(fig)
     return save_figure(fig, path)
 
 

@@ -151,27 +151,31 @@ def headline_numbers(res, window_contexts: tuple[int, ...]) -> dict:
 def save_comparison_figures(results: list[dict], graph, out: Path) -> list[Path]:
     """hybrid_curves.png (accuracy and last-layer energy ratio vs context, one line per model)
     and hybrid_pca.png (last-layer PCA per model side by side, plus the control)."""
-    from ..plotting import CurvePanel, PCAPanel, save_curve_panels, save_pca_panels
+    from ..energy import ENERGY_LABELS, ENERGY_UNITS
+    from ..plotting import ACCURACY_LIMITS, CurvePanel, PCAPanel, save_curve_panels, save_pca_panels
 
     def series(fn):
         return {r["label"]: (r["probe"].context_lengths, list(fn(r["probe"]))) for r in results}
 
     first = results[0]["probe"]
+    context = "context length (tokens)"
     panels = [
-        CurvePanel("neighbour accuracy (softmax over graph tokens)", "context length", "mass on neighbours",
-                   series(lambda p: p.accuracy), hline=first.chance, hline_label="chance"),
-        CurvePanel("neighbour accuracy (full vocabulary)", "context length", "mass on neighbours",
-                   series(lambda p: p.accuracy_full)),
-        CurvePanel("last-layer energy ratio E / E[shuffled]", "context length", "ratio (1 = unrelated)",
+        CurvePanel("neighbour accuracy (softmax over graph tokens)", context, "probability mass on neighbours",
+                   series(lambda p: p.accuracy), hline=first.chance, hline_label="chance", ylim=ACCURACY_LIMITS),
+        CurvePanel("neighbour accuracy (full vocabulary)", context, "probability mass on neighbours",
+                   series(lambda p: p.accuracy_full), ylim=ACCURACY_LIMITS),
+        CurvePanel("last-layer energy ratio E / E[shuffled]", context, "ratio (1 = unrelated to the graph)",
                    series(lambda p: p.energy_ratio[-1]), hline=first.control["mixed_energy_ratio"],
                    hline_label="control X + AX"),
-        CurvePanel("last-layer normalized Dirichlet energy", "context length", "E",
-                   series(lambda p: p.energy[-1]), logy=True),
+        CurvePanel(f"last-layer {ENERGY_LABELS[first.energy_definition]}", context,
+                   ENERGY_UNITS[first.energy_definition], series(lambda p: p.energy[-1]), logy=True),
     ]
     pca_cs = sorted({c for _, c in first.pca})
-    rows = [[PCAPanel(r["probe"].pca[(r["probe"].num_layers - 1, c)], f"{r['label']} c={c}") for r in results]
+    rows = [[PCAPanel(r["probe"].pca[(r["probe"].num_layers - 1, c)], f"{r['label']} c={c}",
+                      r["probe"].pca_explained.get((r["probe"].num_layers - 1, c))) for r in results]
             for c in reversed(pca_cs)]
-    rows[0].append(PCAPanel(first.control["mixed_pca"], "control: random X + A X"))
+    rows.append([PCAPanel(first.control["mixed_pca"], "control: random X + A X",
+                          first.control.get("mixed_pca_explained"))])
     return [save_curve_panels(out / "hybrid_curves.png", panels, ncols=2),
             save_pca_panels(out / "hybrid_pca.png", rows, graph, suptitle="last layer, held-out 4x4 grid")]
 

@@ -199,7 +199,7 @@ def markdown_table(rows: list[dict]) -> str:
 
 
 def save_curves(records: list[dict], path: Path) -> Path:
-    from ..plotting import plt, save_figure
+    from ..plotting import finish, integer_axis, log_axis, plt, save_figure
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4))
     colours = {m: f"C{i}" for i, m in enumerate(MODELS)}
@@ -215,10 +215,12 @@ def save_curves(records: list[dict], path: Path) -> Path:
     left.set_title("held-out BPC (teacher forcing)")
     right.set_title("BPC with the future replaced by random bytes (dotted: teacher forcing)")
     for ax in (left, right):
-        ax.set_xlabel("epoch")
-        ax.set_yscale("log")
-        ax.legend(fontsize=7)
-    fig.tight_layout()
+        ax.set_xlabel("epoch (passes over the training blocks)")
+        ax.set_ylabel("bits per character")
+        log_axis(ax.yaxis)
+        integer_axis(ax.xaxis)
+        ax.grid(alpha=0.3)
+    finish(fig)
     return save_figure(fig, path)
 
 

@@ -92,19 +92,19 @@ def markdown_table(summary: dict, cfg: NIAHExperimentConfig) -> str:
 
 def save_figures(summary: dict, cfg: NIAHExperimentConfig, out: Path) -> list[Path]:
     from ..niah import save_niah_figure
-    from ..plotting import CurvePanel, save_curve_panels
+    from ..plotting import ACCURACY_LIMITS, CurvePanel, save_curve_panels
 
     paths = []
     for label, s in summary.items():
         report = {"lengths": cfg.lengths, "depths": cfg.depths, "trials": cfg.trials, "accuracy": s["accuracy_mean"],
                   "chance": 1 / cfg.num_values, "train_length": cfg.train_length, "flags": {}}
         paths.append(save_niah_figure(report, out / f"niah_{label}.png", title=f"{label} (mean over seeds)"))
-    panel = CurvePanel(f"needle retrieval against context length (trained at {cfg.train_length})", "context length",
-                       "accuracy (mean over depths)",
+    panel = CurvePanel(f"needle retrieval against context length (trained at {cfg.train_length})", "context length (tokens)",
+                       "accuracy (fraction, mean over depths)",
                        {label: (cfg.lengths, [c["mean"] for c in s["by_length"]]) for label, s in summary.items()},
                        bands={label: ([c["min"] for c in s["by_length"]], [c["max"] for c in s["by_length"]])
                               for label, s in summary.items()},
-                       logx_base=2, hline=1 / cfg.num_values, hline_label="chance")
+                       logx_base=2, hline=1 / cfg.num_values, hline_label="chance", ylim=ACCURACY_LIMITS)
     paths.append(save_curve_panels(out / "niah_experiment.png", [panel]))
     return paths
 

@@ -229,24 +229,26 @@ def markdown_table(summary: dict, cfg: RLExperimentConfig) -> str:
 
 def save_figure(per_seed: dict, cfg: RLExperimentConfig, path: Path) -> Path:
     """‖g⁻‖/‖g⁺‖, reward and held-out pass@1 against the round, every method and seed."""
-    from ..plotting import plt, save_figure
+    from ..plotting import finish, integer_axis, panel_grid, plt, save_figure
 
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    fig, axes = panel_grid(3, size=(5.0, 3.6))
     colours = dict(zip(cfg.methods, plt.rcParams["axes.prop_cycle"].by_key()["color"]))
     for seed, results in per_seed.items():
         for method in cfg.methods:
             r = results[method]
-            label = method if seed == min(per_seed) else None
-            axes[0].plot([np.nan if x is None else x for x in r["ratio"]], color=colours[method], label=label, lw=1)
-            axes[1].plot(r["reward"], color=colours[method], label=label, lw=1)
+            label = method if seed == min(per_seed) else None  # held-out panel only
+            one = {"marker": "o", "markersize": 3} if len(r["reward"]) == 1 else {}  # one round: a point
+            axes[0].plot([np.nan if x is None else x for x in r["ratio"]], color=colours[method], lw=1, **one)
+            axes[1].plot(r["reward"], color=colours[method], lw=1, **one)
             steps, values = zip(*r["eval"]) if r["eval"] else ((), ())
             axes[2].plot(steps, values, "o-", color=colours[method], label=label, lw=1, markersize=3)
     axes[0].axhline(1.0, color="grey", lw=0.8)
-    for ax, name in zip(axes, ["‖g⁻‖ / ‖g⁺‖", "reward (samples of the round)", "held-out pass@1 (in-run)"]):
+    for ax, name in zip(axes, ["‖g⁻‖ / ‖g⁺‖ (ratio of gradient norms)", "reward (mean over the round's samples)",
+                               "held-out pass@1 (fraction solved)"]):
         ax.set(xlabel="round", ylabel=name)
+        integer_axis(ax.xaxis)
         ax.grid(alpha=0.3)
-    axes[2].legend(fontsize=8)
-    fig.tight_layout()
+    finish(fig)  # one legend (every panel has the same methods), on the held-out panel
     return save_figure(fig, path)
 
 

@@ -154,7 +154,7 @@ def markdown_table(summary: dict, cfg: TTSExperimentConfig) -> str:
 
 
 def save_figure(summary: dict, cfg: TTSExperimentConfig, path: Path) -> Path:
-    from ..plotting import CurvePanel, save_curve_panels
+    from ..plotting import ACCURACY_LIMITS, CurvePanel, save_curve_panels
 
     ks = list(range(1, cfg.samples + 1))
     panels = []
@@ -165,13 +165,14 @@ def save_figure(summary: dict, cfg: TTSExperimentConfig, path: Path) -> Path:
             bands[label] = ([s["min"] for s in m[metric]], [s["max"] for s in m[metric]])
         if metric == "pass@k":   # the answer is one of 10 digits: a uniform guess already reaches this
             series["uniform guess, 1/10 per sample"] = (ks, [1 - 0.9 ** k for k in ks])
-        panels.append(CurvePanel(f"{metric} (mean, range over seeds)", "k samples", "accuracy", series, bands=bands,
-                                 logx_base=2))
+        panels.append(CurvePanel(f"{metric} (mean, range over seeds)", "k samples per problem", "accuracy (fraction of problems)",
+                                 series, bands=bands, logx_base=2, ylim=ACCURACY_LIMITS))
         for context in ("short", "long"):
             series = {label: ([k * summary["ms_per_sample"][label][context]["mean"] for k in ks],
                               [s["mean"] for s in m[metric]]) for label, m in summary["metrics"].items()}
             title = f"{metric} at equal compute ({'prompt' if context == 'short' else cfg.long_context} context)"
-            panels.append(CurvePanel(title, "ms of decoding per problem", "accuracy", series, logx_base=2))
+            panels.append(CurvePanel(title, "decoding time per problem (ms)", "accuracy (fraction of problems)", series,
+                                     logx_base=2, ylim=ACCURACY_LIMITS))
     return save_curve_panels(path, panels, ncols=3)
 
 
