@@ -202,9 +202,11 @@ def _causality(args) -> Path:
     from assocmem.probes.causality import model_causality_in_modes, preset_mixer_causality, probe_ids, spec_causality
     from assocmem.probes.plotting import CurvePanel, save_curve_panels
 
+    from assocmem.training.progress import progress
+
     io.check_out(args.out, args.overwrite)  # the folder is made once every target has been probed
     reports = []
-    for target in _expand_targets(args.targets):
+    for target in progress(_expand_targets(args.targets), "causality"):
         if target in list_presets() or target in ALIASES or Path(target).suffix in (".yaml", ".yml", ".json"):
             spec = MixerSpec.from_yaml(target) if Path(target).is_file() else target
             reports.append(preset_mixer_causality(spec, seq_len=args.seq_len, atol=args.atol, seed=args.seed))

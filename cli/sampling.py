@@ -206,6 +206,7 @@ def _tts(args) -> Path:
 
     from assocmem.probes import io as probe_io
     from assocmem.probes.test_time_scaling import run_tts, save_equal_compute_figure, save_samples, save_tts_figure
+    from assocmem.training.progress import progress_line
 
     if args.ks and max(args.ks) > args.samples:
         raise ValueError(f"--ks {max(args.ks)} > --samples {args.samples}: k cannot exceed the samples per problem")
@@ -221,7 +222,7 @@ def _tts(args) -> Path:
     report, sequential = {}, None
     if args.mode in ("parallel", "both"):
         report = run_tts(model, task, problems, settings, ks=args.ks, rule=args.rule, num_resamples=args.bootstrap,
-                         verifier=verifier)
+                         verifier=verifier, report=progress_line("tts"))
         save_samples(report, out / "samples.jsonl")
         save_tts_figure(report, out / "tts.png", title=title)
     if args.mode in ("sequential", "both"):
@@ -272,6 +273,7 @@ def _niah_source(args):
 def _niah(args) -> Path:
     from assocmem.probes import io as probe_io
     from assocmem.probes.niah import niah_grid, save_niah_figure
+    from assocmem.training.progress import progress_line
 
     bad = [d for d in args.depths if not 0 <= d <= 100]
     if bad:
@@ -281,7 +283,8 @@ def _niah(args) -> Path:
     _check_vocab(model, getattr(source, "vocab_size", 0))
     out = probe_io.prepare_out(args.out, args.overwrite)
     report = niah_grid(model, source, lengths=args.lengths, depths=[d / 100 for d in args.depths], trials=args.trials,
-                       seed=args.seed, batch_size=args.batch_size, train_length=train_length)
+                       seed=args.seed, batch_size=args.batch_size, train_length=train_length,
+                       report=progress_line("niah"))
     save_niah_figure(report, out / "niah.png", title=f"{Path(args.model).name}: needle retrieval")
     probe_io.write_json(out, "niah", {**info, "haystack": "text" if args.text else "random ids", **report})
     return out

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import string
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 import numpy as np
 import torch
@@ -84,9 +84,11 @@ def retrieved(model, problems: Sequence[Problem], batch_size: int = 16) -> np.nd
 
 
 def niah_grid(model, source: NeedleSource, *, lengths: Sequence[int], depths: Sequence[float], trials: int,
-              seed: int = 0, batch_size: int = 16, train_length: int | None = None) -> dict:
+              seed: int = 0, batch_size: int = 16, train_length: int | None = None,
+              report: Callable[[str], None] | None = None) -> dict:
     """Accuracy [len(depths), len(lengths)] over ``trials`` cases per cell (fresh haystacks and needles
-    per cell, from ``numpy.random.default_rng([seed, i, j])``)."""
+    per cell, from ``numpy.random.default_rng([seed, i, j])``); ``report`` (e.g.
+    training/progress.progress_line) hears "cell c/C: depth d, length n ..." before each cell."""
     if trials < 1 or not lengths or not depths:
         raise ValueError("give at least one length, one depth and trials >= 1")
     flags = {}
@@ -100,6 +102,9 @@ def niah_grid(model, source: NeedleSource, *, lengths: Sequence[int], depths: Se
         accuracy = np.zeros((len(depths), len(lengths)))
         for i, depth in enumerate(depths):
             for j, length in enumerate(lengths):
+                if report is not None:
+                    report(f"cell {i * len(lengths) + j + 1}/{len(depths) * len(lengths)}: depth {100 * depth:.0f}%, "
+                           f"length {length} ...")
                 rng = np.random.default_rng([seed, i, j])
                 cases = [source.case(rng, length=length, depth=depth) for _ in range(trials)]
                 accuracy[i, j] = retrieved(model, cases, batch_size).mean()

@@ -110,12 +110,12 @@ def _check_ks(ks: Sequence[int], n: int) -> None:
 
 def run_tts(model, task: Checkable, problems: Sequence[Problem], settings: SamplingSettings, *,
             ks: Sequence[int] | None = None, rule: str | None = None, num_resamples: int = 1000,
-            verifier: Callable | None = None) -> dict:
+            verifier: Callable | None = None, report: Callable[[str], None] | None = None) -> dict:
     """Sample, grade and summarise (see the module docstring); returns the JSON-able report with
     ``samples`` (per problem) for ``save_samples``. ``rule`` None: the task's (``task_rule``);
     ``verifier`` (verifiers.py, a reward function): best-of-N and weighted vote by its scores.
     ``tokens`` [K]: the mean tokens k samples generate per problem, k × the mean response length
-    (the equal-compute axis)."""
+    (the equal-compute axis). ``report`` hears each sampling batch."""
     n = settings.num_samples
     ks = list(ks) if ks else default_ks(n)
     _check_ks(ks, n)
@@ -125,7 +125,7 @@ def run_tts(model, task: Checkable, problems: Sequence[Problem], settings: Sampl
     longest = max(len(p.prompt) for p in problems) + settings.max_new_tokens
     flags = check_context(model, longest, "the longest prompt + max_new_tokens")
     completions = sample_completions(model, [p.prompt for p in problems], settings, eos_token_id=task.eos_id,
-                                     pad_token_id=task.pad_id, logprobs=True)
+                                     pad_token_id=task.pad_id, logprobs=True, report=report)
     graded = grade(task, problems, completions, rule, verifier)
     by_rule = {r: float(np.mean([np.mean(g.correct) for g in grade(task, problems, completions, r)])) for r in RULES}
     return {

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -134,8 +134,10 @@ def response_logprobs(model, sequences: torch.Tensor, mask: torch.Tensor, prompt
 
 
 def sample_completions(model, prompts: Sequence[Sequence[int]], settings: SamplingSettings, *,
-                       eos_token_id: int | None, pad_token_id: int, logprobs: bool = False) -> Completions:
-    """``settings.num_samples`` completions of every prompt (see the module docstring)."""
+                       eos_token_id: int | None, pad_token_id: int, logprobs: bool = False,
+                       report: Callable[[str], None] | None = None) -> Completions:
+    """``settings.num_samples`` completions of every prompt (see the module docstring); ``report``
+    (e.g. training/progress.progress_line) hears "sampling batch b/B (rows r/R) ..." before each batch."""
     if not prompts or any(len(p) == 0 for p in prompts):
         raise ValueError("give at least one prompt, each with at least one token")
     n = settings.num_samples
@@ -149,8 +151,12 @@ def sample_completions(model, prompts: Sequence[Sequence[int]], settings: Sampli
     try:
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             torch.manual_seed(settings.seed)
+            batches = -(-len(rows) // settings.batch_size)
             for start in range(0, len(rows), settings.batch_size):
                 batch = rows[start:start + settings.batch_size]
+                if report is not None:
+                    report(f"sampling batch {start // settings.batch_size + 1}/{batches} "
+                           f"(completions {start + len(batch)}/{len(rows)}) ...")
                 ids, mask = _left_pad([prompts[i] for i, _ in batch], pad_token_id)
                 out = _generate(model, ids.to(device), mask.to(device), settings, eos_token_id, pad_token_id).cpu()
                 cut = [_cut(row, eos_token_id) for row in out[:, ids.shape[1]:]]

@@ -52,6 +52,7 @@ def test_causality_cli(llama_dir, tmp_path, capsys):
     targets = [r["target"] for r in data["reports"]]
     assert "mixer:deltanet:auto" in targets and any(t.startswith("model:") for t in targets)
     assert any(t.endswith(":chunk") for t in targets) and (out / "causality.png").is_file()
+    assert "causality [1/3] deltanet ...\n" in cap.err and f"causality [3/3] {llama_dir} done in" in cap.err
 
 
 def test_capacity_cli(tmp_path, capsys):

@@ -75,7 +75,11 @@ def test_needle_cases_are_placed_at_their_depth():
 
 
 def test_a_lookup_model_scores_one_everywhere():
-    report = niah_grid(LookupModel(TASK.vocab_size), TASK, lengths=LENGTHS, depths=DEPTHS, trials=12)
+    heard = []
+    report = niah_grid(LookupModel(TASK.vocab_size), TASK, lengths=LENGTHS, depths=DEPTHS, trials=12,
+                       report=heard.append)
+    cells = len(LENGTHS) * len(DEPTHS)  # progress: one line before each cell
+    assert heard[0] == f"cell 1/{cells}: depth {100 * DEPTHS[0]:.0f}%, length {LENGTHS[0]} ..." and len(heard) == cells
     assert report["accuracy"] == [[1.0] * 3] * 3 and report["chance"] == pytest.approx(1 / 6)
 
 

@@ -59,9 +59,11 @@ def test_run_tts_invariants_and_reproducibility():
     task = Modular(p=3)                                  # a random model is right about 1/4 of the time
     problems = task.problems(12, seed=0)
     settings = SamplingSettings(num_samples=8, temperature=1.5, max_new_tokens=1, batch_size=20, seed=3)
-    a = run_tts(_tiny(4), task, problems, settings, num_resamples=100)
+    heard = []
+    a = run_tts(_tiny(4), task, problems, settings, num_resamples=100, report=heard.append)
     b = run_tts(_tiny(4), task, problems, settings, num_resamples=100)
     assert a == b
+    assert heard == [f"sampling batch {b}/5 (completions {min(20 * b, 96)}/96) ..." for b in range(1, 6)]  # progress
     m = a["metrics"]
     mean_correct = np.mean([np.mean(s["correct"]) for s in a["samples"]])
     assert 0 < mean_correct < 1

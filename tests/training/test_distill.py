@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import re
 
 import numpy as np
 import pytest
@@ -288,9 +289,14 @@ def test_cli_refuses_before_work_and_runs_one_stage(tmp_path, capsys):
     assert main(["distill", str(path), "--stage", "3"]) == 2                  # stage 2 has not run
     assert "--stage 3 starts from" in capsys.readouterr().err
     assert main(["distill", str(path), "--stage", "1"]) == 0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert '"stage1"' in out and not (tmp_path / "runs" / "d" / "stage2").exists()
+    lines = err.splitlines()  # progress on stderr from the first second: the teacher, then each stage
+    assert re.fullmatch(r"distill \([0-9.]+ s\) loading the teacher .+ \.\.\.", lines[0])
+    assert "distill [1/1] stage1 (weight transfer) ..." in lines
+    assert any(re.match(r"distill \[1/1\] stage1 \(weight transfer\) done in [0-9.]+ s", x) for x in lines)
     assert main(["distill", str(path), "--stage", "1"]) == 0                  # finished: read back, not redone
+    assert "distill [1/1] stage1 done; finished before, skipped" in capsys.readouterr().err
     assert main(["distill", str(path), "--set", "student.replace=[2]", "--stage", "1"]) == 2  # another config there
     assert "holds a distillation with another config" in capsys.readouterr().err
 

@@ -13,6 +13,7 @@ The teacher is loaded once per process and held frozen in eval mode.
 from __future__ import annotations
 
 import functools
+import io
 import json
 import shutil
 from pathlib import Path
@@ -30,6 +31,7 @@ from ..loop import Trainer, train
 from ..metrics import evaluate
 from ..model_factory import hf_config_object, hf_model, load_pretrained, pretrained_folder
 from ..objective import IGNORE_INDEX, CausalLMObjective
+from ..progress import Progress, progress_line
 from ..runlog import CONFIG_FILE, SUMMARY_FILE, config_differences
 from ..tasks import arrays_to_dataset
 from .align import AlignmentObjective
@@ -38,6 +40,8 @@ from .kd import KDObjective
 
 DISTILL_FILE = "distill.yaml"
 TRANSFERRED = ("qkv_proj.weight", "o_proj.weight")  # what stage 1 copies into a replaced mixer
+STAGE_WORK = {1: "weight transfer", 2: "attention alignment", 3: "logit distillation",
+              4: "supervised fine-tuning"}  # what each stage does, in its progress lines
 
 
 # ---------------------------------------------------------------- checks before any work
@@ -273,19 +277,26 @@ def _run_stages(cfg: DistillConfig, info, layers: list[int], stages: list[int], 
     statuses = broadcast_object(decided)
     if isinstance(statuses, str):
         raise ValueError(statuses)
+    say = progress_line("distill", stream=None if info.is_main else io.StringIO())  # rank 0 speaks
+    say(f"loading the teacher {cfg.teacher} ...")
     teacher = load_teacher(cfg)
+    tracker = Progress(len(chosen), "distill", stream=None if info.is_main else io.StringIO())
     summaries = {}
     for k in chosen:
         folder = cfg.root / f"stage{k}"
         if statuses[k] == "done" and not overwrite:
             summaries[f"stage{k}"] = json.loads((folder / SUMMARY_FILE).read_text())
+            tracker.done(f"stage{k}", "finished before, skipped")
             continue
+        tracker.start(f"stage{k} ({STAGE_WORK[k]})")
         if k == 1:
             summaries["stage1"] = run_stage1(cfg, teacher, layers)
-            continue
-        previous = cfg.root / f"stage{stages[stages.index(k) - 1]}" / "final"
-        make = Trainer if k == 4 else functools.partial(DistillTrainer, teacher=teacher, layers=layers,
-                                                        stage=getattr(cfg, f"stage{k}"))
-        summaries[f"stage{k}"] = train(stage_config(cfg, k, previous), resume=statuses[k] == "started" and not overwrite,
-                                       overwrite=overwrite, trainer=make)
+        else:
+            previous = cfg.root / f"stage{stages[stages.index(k) - 1]}" / "final"
+            make = Trainer if k == 4 else functools.partial(DistillTrainer, teacher=teacher, layers=layers,
+                                                            stage=getattr(cfg, f"stage{k}"))
+            summaries[f"stage{k}"] = train(stage_config(cfg, k, previous),
+                                           resume=statuses[k] == "started" and not overwrite, overwrite=overwrite,
+                                           trainer=make)
+        tracker.done(f"stage{k} ({STAGE_WORK[k]})")
     return summaries
