@@ -268,12 +268,14 @@ def _capacity_spec(name: str):
 def _capacity(args) -> Path:
     from assocmem.probes import io
     from assocmem.probes.capacity import capacity_sweep
+    from assocmem.training.progress import progress_line
     from assocmem.probes.plotting import CurvePanel, save_curve_panels
 
     memories = {Path(s).stem if Path(s).is_file() else s: _capacity_spec(s) for s in args.specs} or None
     out = io.prepare_out(args.out, args.overwrite)
     curves = capacity_sweep(memories, num_pairs=tuple(args.num_pairs), key_dim=args.key_dim,
-                            value_dim=args.value_dim, trials=args.trials, form=args.form, seed=args.seed)
+                            value_dim=args.value_dim, trials=args.trials, form=args.form, seed=args.seed,
+                            report=progress_line("capacity"))
     panels = [CurvePanel(f"{title} (K={args.key_dim}, V={args.value_dim})", "stored pairs N",
                          "relative MSE (Σ‖r − v‖² / Σ‖v‖²)",
                          {f"{c.label} [{c.state_floats} floats]": (c.num_pairs, getattr(c, key)) for c in curves})

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from typing import Callable
 
 import torch
 
@@ -181,8 +182,15 @@ def capacity_sweep(
     trials: int = 8,
     form: str = "auto",
     seed: int = 0,
+    report: Callable[[str], None] | None = None,
 ) -> list[CapacityCurve]:
-    """``memory_capacity`` for each labelled spec (default: hebbian, delta, spectral, nonparametric)."""
+    """``memory_capacity`` for each labelled spec (default: hebbian, delta, spectral, nonparametric);
+    ``report`` (e.g. training/progress.progress_line) hears "memory m/M LABEL ..." before each."""
     memories = memories or DEFAULT_MEMORIES
-    return [memory_capacity(spec, num_pairs=num_pairs, key_dim=key_dim, value_dim=value_dim, trials=trials,
-                            form=form, label=label, seed=seed) for label, spec in memories.items()]
+    curves = []
+    for m, (label, spec) in enumerate(memories.items(), start=1):
+        if report is not None:
+            report(f"memory {m}/{len(memories)} {label} ...")
+        curves.append(memory_capacity(spec, num_pairs=num_pairs, key_dim=key_dim, value_dim=value_dim, trials=trials,
+                                      form=form, label=label, seed=seed))
+    return curves

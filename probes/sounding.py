@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import fnmatch
 from dataclasses import asdict, dataclass
+from typing import Callable
 
 import datasets
 import torch
@@ -67,11 +68,13 @@ def select_parameters(model: nn.Module, patterns: list[str]) -> dict[str, nn.Par
 
 
 def mean_gradient(model: nn.Module, data: datasets.Dataset, *, batch_size: int,
-                  params: dict[str, nn.Parameter]) -> dict[str, torch.Tensor]:
+                  params: dict[str, nn.Parameter], report: Callable[[str], None] | None = None
+                  ) -> dict[str, torch.Tensor]:
     """Ḡ = ∇ of the mean next-token loss over every supervised position of ``data``, per parameter.
 
     Each batch adds (Σ token losses) / N_total to the backward pass, so the sum over batches is the
     gradient of the mean over all N_total supervised positions (what full-batch training sees).
+    ``report`` (e.g. training/progress.progress_line) hears "gradient batch b/B ..." before each batch.
     """
     device = next(model.parameters()).device
     objective = CausalLMObjective(model, "all")
@@ -86,7 +89,9 @@ def mean_gradient(model: nn.Module, data: datasets.Dataset, *, batch_size: int,
     model.eval()
     model.zero_grad(set_to_none=True)
     try:
-        for s in starts:
+        for b, s in enumerate(starts, start=1):
+            if report is not None:
+                report(f"gradient batch {b}/{len(starts)} ...")
             ids, labels = batch_tensors(data, list(range(s, min(s + batch_size, len(data)))), device)
             loss_sum, _, _ = objective(ids, labels)
             (loss_sum / total).backward()
@@ -117,7 +122,8 @@ def sound(name: str, grad: torch.Tensor, *, axis: int, length: int | None, top_k
 
 def sounding_hammer(model: nn.Module, data: datasets.Dataset, *, params: list[str], axis: int = 0,
                     length: int | None = None, top_k: int = 16, batch_size: int = 16,
-                    fourier_power: FourierPower = "power_of_sum") -> list[Sounding]:
+                    fourier_power: FourierPower = "power_of_sum",
+                    report: Callable[[str], None] | None = None) -> list[Sounding]:
     """Sound every selected parameter (globs) of ``model`` on ``data`` (see the module docstring).
 
     Parameters whose ``axis`` does not exist or is shorter than 2 (biases, gains along axis 1) are
@@ -131,7 +137,7 @@ def sounding_hammer(model: nn.Module, data: datasets.Dataset, *, params: list[st
                          f"shape {[tuple(chosen[g].shape) for g in exact]}")
     if not fits:
         raise ValueError(f"no selected parameter has an axis {axis} of length >= {max(2, length or 2)}")
-    grads = mean_gradient(model, data, batch_size=batch_size, params=fits)
+    grads = mean_gradient(model, data, batch_size=batch_size, params=fits, report=report)
     return [sound(n, g, axis=axis, length=length, top_k=top_k, fourier_power=fourier_power) for n, g in grads.items()]
 
 
@@ -194,6 +200,8 @@ def run_sounding(args):
 
     import torch
 
+    from assocmem.training.progress import progress_line
+
     from .io import prepare_out, write_json
 
     model, section, info = _model_and_data(args)
@@ -203,7 +211,8 @@ def run_sounding(args):
     out = prepare_out(args.out, args.overwrite)
     torch.manual_seed(args.seed)
     results = sounding_hammer(model, data, params=args.params, axis=args.axis, length=args.length,
-                              top_k=args.top_k, batch_size=args.batch_size, fourier_power=args.fourier_power)
+                              top_k=args.top_k, batch_size=args.batch_size, fourier_power=args.fourier_power,
+                              report=progress_line("sounding"))
     report = {**info, "data": data_cfg.model_dump(mode="json"), "split": args.split, "sequences": len(data),
               "axis": args.axis, "top_k": args.top_k, "fourier_power": args.fourier_power, "threshold": args.threshold,
               "steer": [r.param for r in results if r.rho > args.threshold],

@@ -42,6 +42,10 @@ class Progress:
     def _print(self, text: str) -> None:
         print(text, file=self.stream if self.stream is not None else sys.stderr, flush=True)
 
+    def say(self, text: str) -> None:
+        """A line ``what text`` (e.g. the work handed to a process pool, before any of it ends)."""
+        self._print(f"{self.what} {text}")
+
     def start(self, label: str) -> None:
         """Announce ``label`` (the next unit, numbered after the ones finished and under way)."""
         self._started[label] = time.perf_counter()

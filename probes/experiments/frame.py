@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from assocmem.training.progress import Progress, progress
+from assocmem.training.progress import Progress, progress, progress_line
 
 # what a user's input raises (an existing --out or --result, a missing file, a bad value)
 USER_ERRORS: tuple[type[Exception], ...] = (FileExistsError, FileNotFoundError, ValueError)
@@ -141,6 +141,7 @@ class Experiment:
             raise FileExistsError(f"--result {args.result} exists; pass --overwrite to replace it")
         out = prepare_out(args.out, args.overwrite)
         start = time.perf_counter()
+        progress_line(f"experiment {self.name}")(f"seeds {list(args.seeds)} into {out} ...")  # from the first second
         outcome = self.run(settings, args, out)
         minutes = (time.perf_counter() - start) / 60
         print(outcome.table, end="")
@@ -262,6 +263,7 @@ def run_jobs(name: str, fn: Callable[..., dict], jobs: dict[str, dict], workers:
     from multiprocessing import get_context
 
     tracker = Progress(len(jobs), f"{name} ({workers} at a time)")
+    tracker.say(f"{len(jobs)} runs started: {', '.join(jobs)} ...")
     with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
         pending = {pool.submit(fn, **kwargs): key for key, kwargs in jobs.items()}
         for done in as_completed(pending):

@@ -1,5 +1,6 @@
 """The grokking experiment (seed 003 §5): how a run is read, and one tiny end-to-end run."""
 import json
+import re
 
 import pytest
 
@@ -40,12 +41,16 @@ def test_summary_rows_stand_beside_the_papers_numbers():
     assert "| 97 | baseline | 2/3 (≤ 800) | 600 [500, 700] | 782.0 ± 95.4 | 100 [100, 100] | 450.7 |" in table
 
 
-def test_a_tiny_experiment_runs_end_to_end_and_writes_its_record(tmp_path):
+def test_a_tiny_experiment_runs_end_to_end_and_writes_its_record(tmp_path, capsys):
     out, result = tmp_path / "grok", tmp_path / "grok.json"
     code = cli_main(["experiment", "grokking", "--p", "5", "--seeds", "0", "--variants", "baseline",
                      "pfft_fundamental", "--epochs", "12", "--eval-every", "4", "--jobs", "1", "--out", str(out),
                      "--result", str(result)])
     assert code == 0
+    err = capsys.readouterr().err.splitlines()  # progress: the start at once, the pool's work, each run as it ends
+    assert re.fullmatch(rf"experiment grokking \([0-9.]+ s\) seeds \[0\] into {re.escape(str(out))} \.\.\.", err[0])
+    assert err[1] == "grokking-experiment (1 at a time) 2 runs started: p=5 baseline seed 0, p=5 pfft_fundamental seed 0 ..."
+    assert sum("grokking-experiment (1 at a time) [" in line and " done" in line for line in err) == 2
     runs = json.loads((out / "grokking.json").read_text())["runs"]
     assert [r["variant"] for r in runs] == ["baseline", "pfft_fundamental"]
     assert all(r["epochs_run"] <= 12 and [e for e, _ in r["val_curve"]][:3] == [4, 8, 12] for r in runs)

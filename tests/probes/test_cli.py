@@ -57,9 +57,11 @@ def test_causality_cli(llama_dir, tmp_path, capsys):
 
 def test_capacity_cli(tmp_path, capsys):
     out = tmp_path / "cap"
-    code, _ = run(["probe", "capacity", "deltanet", "softmax", "--num-pairs", "1", "4", "--key-dim", "8",
-                   "--value-dim", "8", "--trials", "2", "--out", str(out)], capsys)
+    code, cap = run(["probe", "capacity", "deltanet", "softmax", "--num-pairs", "1", "4", "--key-dim", "8",
+                     "--value-dim", "8", "--trials", "2", "--out", str(out)], capsys)
     assert code == 0
+    assert [line.split(") ", 1)[1] for line in cap.err.splitlines() if line.startswith("capacity (")] == [
+        "memory 1/2 deltanet ...", "memory 2/2 softmax ..."]  # progress before each memory
     curves = json.loads((out / "capacity.json").read_text())["curves"]
     assert [c["label"] for c in curves] == ["deltanet", "softmax"]
     assert curves[0]["rel_mse"][0] == pytest.approx(0.0, abs=1e-20) and (out / "capacity.png").is_file()

@@ -1,6 +1,7 @@
 """The sounding hammer (seed 003 §4.4, eq. 5): ρ of mean gradients, on any HF causal LM."""
 import json
 import math
+import re
 
 import pytest
 import torch
@@ -79,7 +80,7 @@ def test_bad_requests_name_what_is_wrong():
         sounding_hammer(model, data, params=["model.embed_tokens.weight"], top_k=40)
 
 
-def test_cli_sounds_an_untrained_config_on_its_data(tmp_path):
+def test_cli_sounds_an_untrained_config_on_its_data(tmp_path, capsys):
     cfg = {"name": "s", "seed": 3, "model": {"hf_config": TINY_LLAMA},
            "data": {"kind": "mqar", "seq_len": 16, "num_kv_pairs": 2, "vocab_size": 32, "num_train": 24},
            "train": {"steps": 1}}
@@ -89,6 +90,8 @@ def test_cli_sounds_an_untrained_config_on_its_data(tmp_path):
     code = cli_main(["probe", "sounding", str(path), "--params", "model.embed_tokens.weight", "--top-k", "3",
                      "--length", "30", "--out", str(out)])
     assert code == 0
+    err = capsys.readouterr().err  # progress: each gradient batch (24 sequences in one batch of the default 32)
+    assert re.fullmatch(r"sounding \([0-9.]+ s\) gradient batch 1/1 \.\.\.\n", err)
     report = json.loads((out / "sounding.json").read_text())
     (r,) = report["soundings"]
     assert r["length"] == 30 and len(r["power"]) == 16 and 0 < r["rho"] <= 1 and report["trained"] is False

@@ -261,9 +261,11 @@ class RLTrainer:
         if self.step == t.steps and (self.run_dir / SUMMARY_FILE).is_file():
             barrier()
             return json.loads((self.run_dir / SUMMARY_FILE).read_text())
-        if self.step == 0:
-            self.evaluate()
         bar = tqdm(total=t.steps, initial=self.step, desc=self.cfg.name, disable=not (self.info.is_main and t.progress))
+        if self.step == 0:  # the bar is up first: the step-0 held-out evaluation samples for a while
+            bar.set_postfix_str("held-out evaluation before round 1")
+            self.evaluate()
+            bar.set_postfix_str("")
         clock = time.perf_counter()
         with interrupt_after_step(lambda: notice_interrupt(self.info, self.cfg.name, self.step)) as interrupted:
             while self.step < t.steps:
