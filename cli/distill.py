@@ -32,7 +32,7 @@ def _distill(args: argparse.Namespace) -> int:
     from assocmem.training.config_files import resolve_config
     from assocmem.training.distill.config import load_distill_config
     from assocmem.training.distill.stages import run_distill
-    from assocmem.training.loop import NonFiniteLossError, TrainingInterrupted
+    from assocmem.training.loop import NonFiniteLossError, OutOfMemory, TrainingInterrupted
 
     try:
         cfg = load_distill_config(resolve_config(args.config), args.overrides, smoke=args.smoke)
@@ -45,6 +45,9 @@ def _distill(args: argparse.Namespace) -> int:
         print(f"assocmem distill: interrupted: {where}; resume with `assocmem distill {args.config}` (a started "
               f"stage resumes from its newest checkpoint)", file=sys.stderr)
         return 130
+    except OutOfMemory as err:  # in a stage: its newest checkpoint is what is saved
+        print(f"assocmem distill: {err.line(f'assocmem distill {args.config}')}", file=sys.stderr)
+        return 1
     except (NonFiniteLossError, CheckpointError) as err:
         print(f"assocmem distill: {err}", file=sys.stderr)
         return 1

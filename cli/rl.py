@@ -41,7 +41,7 @@ def _rl(args: argparse.Namespace) -> int:
         print(cfg.to_yaml())
         return 0
     from assocmem.training.checkpoint import CheckpointError
-    from assocmem.training.loop import NonFiniteLossError, TrainingInterrupted
+    from assocmem.training.loop import NonFiniteLossError, OutOfMemory, TrainingInterrupted
     from assocmem.training.rl.loop import train_rl
 
     try:
@@ -49,7 +49,7 @@ def _rl(args: argparse.Namespace) -> int:
     except TrainingInterrupted as stop:  # Ctrl-C: the checkpoint is written, the message says how to resume
         print(f"assocmem rl: {stop}", file=sys.stderr)
         return 130
-    except (NonFiniteLossError, CheckpointError) as err:
+    except (NonFiniteLossError, CheckpointError, OutOfMemory) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     except (ValueError, OSError) as err:  # a run folder refused (output_dir a file, ...), a reference that differs

@@ -120,14 +120,14 @@ def _train_one(cfg, *, resume: bool, overwrite: bool) -> int:
     """Train one run; print its summary line (0), or the error without a traceback (1: the run failed,
     2: the run folder, config or data was refused)."""
     from assocmem.training.checkpoint import CheckpointError
-    from assocmem.training.loop import NonFiniteLossError, TrainingInterrupted, train
+    from assocmem.training.loop import NonFiniteLossError, OutOfMemory, TrainingInterrupted, train
 
     try:
         summary = train(cfg, resume=resume, overwrite=overwrite)
     except TrainingInterrupted as stop:  # Ctrl-C: the checkpoint is written, the message says how to resume
         print(f"assocmem train: {stop}", file=sys.stderr)
         return INTERRUPTED
-    except (NonFiniteLossError, CheckpointError) as err:
+    except (NonFiniteLossError, CheckpointError, OutOfMemory) as err:
         print(f"assocmem train: {err}", file=sys.stderr)
         return 1
     except (OSError, ValueError) as err:  # run folder refused, config/data invalid
@@ -140,7 +140,7 @@ def _train_one(cfg, *, resume: bool, overwrite: bool) -> int:
 def _seeds(args: argparse.Namespace) -> int:
     """``--seeds``: the config once per seed, a mean/range table and (``--result``) a result record."""
     from assocmem.training.checkpoint import CheckpointError
-    from assocmem.training.loop import NonFiniteLossError, TrainingInterrupted
+    from assocmem.training.loop import NonFiniteLossError, OutOfMemory, TrainingInterrupted
     from assocmem.training.results import current_versions, make_record, save_record
     from assocmem.training.seeds import seed_config, seeds_table, train_seeds
 
@@ -157,7 +157,7 @@ def _seeds(args: argparse.Namespace) -> int:
     except TrainingInterrupted as stop:
         print(f"assocmem train: {stop}", file=sys.stderr)
         return INTERRUPTED
-    except (NonFiniteLossError, CheckpointError) as err:
+    except (NonFiniteLossError, CheckpointError, OutOfMemory) as err:
         print(f"assocmem train: {err}", file=sys.stderr)
         return 1
     except (OSError, ValueError) as err:  # ConfigError, a run folder refused, data invalid

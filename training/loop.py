@@ -133,6 +133,52 @@ def set_mixer_backend(model: nn.Module, train: TrainLoopConfig, device: torch.de
         raise ConfigError(f"train.backend: {err}") from None
 
 
+class OutOfMemory(RuntimeError):
+    """A run stopped by an allocation failure (``torch.OutOfMemoryError`` on the GPU; ``MemoryError`` or the
+    CPU allocator's RuntimeError on the host). Its one-line message says what ran out and where, what is
+    saved (the newest checkpoint: the step under way is lost) and which settings to lower; ``line(resume)``
+    words it for another resume command (``assocmem distill CONFIG``)."""
+
+    def __init__(self, what: str, checkpoint: Path | None, lower: list[str], resume: str):
+        self.what, self.checkpoint, self.lower = what, checkpoint, lower
+        super().__init__(self.line(resume))
+
+    def line(self, resume: str) -> str:
+        if self.checkpoint is None:
+            return (f"{self.what}; saved: nothing (no checkpoint yet); lower {' or '.join(self.lower)}, then start "
+                    f"again (with --overwrite)")
+        return (f"{self.what}; saved: checkpoint {self.checkpoint}; lower {' or '.join(self.lower)}, then resume "
+                f"with `{resume}`")
+
+
+def allocation_failure(err: BaseException) -> str | None:
+    """What ran out when ``err`` is an allocation failure ("GPU memory", "host memory"), else None."""
+    if isinstance(err, torch.OutOfMemoryError):
+        return "GPU memory"
+    if isinstance(err, MemoryError) or (isinstance(err, RuntimeError) and "can't allocate memory" in str(err)):
+        return "host memory"
+    if isinstance(err, RuntimeError) and "out of memory" in str(err).lower():
+        return "memory"
+    return None
+
+
+@contextlib.contextmanager
+def out_of_memory_guard(run_dir: Path, where: Callable[[], str], lower: Callable[[], list[str]], resume: str):
+    """Turn an allocation failure inside the block into ``OutOfMemory`` (where: "in step 3 of 10", at the
+    moment it happened; lower: the settings to lower, with their values); other errors pass unchanged."""
+    try:
+        yield
+    except Exception as err:
+        kind = allocation_failure(err)
+        if kind is None:
+            raise
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        detail = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
+        raise OutOfMemory(f"out of {kind} {where()} ({detail})", ckpt.latest_checkpoint(run_dir), lower(),
+                          resume) from err
+
+
 def notice_interrupt(info: DistInfo, name: str, step: int) -> None:
     """What the first Ctrl-C prints at once (rank 0)."""
     if info.is_main:
@@ -375,14 +421,28 @@ class Trainer:
                    disable=not (self.info.is_main and cfg.progress))
         window_elapsed, window_tokens = self.elapsed, self.tokens
         clock = time.perf_counter()
-        with interrupt_after_step(self._notice_interrupt) as interrupted:
-            while self.step < self.total_steps:
-                if stop_everywhere(self.info, interrupted()):
-                    bar.close()
-                    raise self._save_interrupted()
-                clock, window_elapsed, window_tokens = self._one_step(bar, clock, window_elapsed, window_tokens)
-        bar.close()
-        return self.finish()
+        with out_of_memory_guard(self.run_dir, self._where, self.memory_settings, self.resume_command()):
+            with interrupt_after_step(self._notice_interrupt) as interrupted:
+                while self.step < self.total_steps:
+                    if stop_everywhere(self.info, interrupted()):
+                        bar.close()
+                        raise self._save_interrupted()
+                    clock, window_elapsed, window_tokens = self._one_step(bar, clock, window_elapsed, window_tokens)
+            bar.close()
+            return self.finish()
+
+    def _where(self) -> str:
+        return (f"in step {self.step + 1} of {self.total_steps}" if self.step < self.total_steps
+                else "in the final evaluation")
+
+    def memory_settings(self) -> list[str]:
+        """What to lower after running out of memory, with the values this run has."""
+        t = self.cfg.train
+        return [f"train.micro_batch_size (now {t.micro_batch_size or t.batch_size}; the global batch stays "
+                f"{t.batch_size} by gradient accumulation)", f"train.eval_batch_size (now {t.eval_batch_size})"]
+
+    def resume_command(self) -> str:
+        return f"assocmem train {self.run_dir} --resume"
 
     def _one_step(self, bar, clock: float, window_elapsed: float, window_tokens: int):
         """One step with its logging, evaluation and checkpoint on schedule; returns the clocks the next
@@ -425,7 +485,7 @@ class Trainer:
 
     def _save_interrupted(self) -> TrainingInterrupted:
         return save_on_interrupt(self.run_dir, self.step, self.total_steps, self.save, self.log,
-                                 f"assocmem train {self.run_dir} --resume")
+                                 self.resume_command())
 
     def finish(self) -> dict:
         final_eval = self.evaluate()

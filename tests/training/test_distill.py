@@ -301,6 +301,34 @@ def test_cli_refuses_before_work_and_runs_one_stage(tmp_path, capsys):
     assert "holds a distillation with another config" in capsys.readouterr().err
 
 
+def test_out_of_memory_in_a_stage_is_one_line_naming_the_stage_settings(tmp_path, monkeypatch, capsys):
+    """An allocation failure injected into stage 2's step 3 (checkpoint at step 2): the line names the
+    checkpoint, the stage's own settings as the distill config spells them, and the distill command."""
+    from assocmem.cli import main
+    from assocmem.training.distill.stages import DistillTrainer
+
+    _, folder = llama(tmp_path)
+    path = tmp_path / "d.yaml"
+    path.write_text(yaml.safe_dump(_config(tmp_path, folder).model_dump(mode="json")))
+    original = DistillTrainer.train_step
+
+    def step_or_fail(self):
+        if self.step + 1 == 3:
+            raise MemoryError
+        return original(self)
+
+    monkeypatch.setattr(DistillTrainer, "train_step", step_or_fail)
+    assert main(["distill", str(path)]) == 1
+    err = capsys.readouterr().err
+    stage2 = tmp_path / "runs" / "d" / "stage2"
+    last = err.strip().splitlines()[-1]  # after the progress lines: one line, no traceback
+    assert "Traceback" not in err
+    assert last == (f"assocmem distill: out of host memory in step 3 of 6 (MemoryError); saved: checkpoint "
+                    f"{stage2 / 'checkpoints' / 'step_00000002'}; lower stage2.train.micro_batch_size (now 8; "
+                    f"the global batch stays 8 by gradient accumulation) or stage2.train.eval_batch_size (now 16), "
+                    f"then resume with `assocmem distill {path}`")
+
+
 @pytest.mark.distributed
 def test_two_gloo_processes_match_one_process(tmp_path):
     """Stages 2 and 3 under torchrun (DDP over gloo, 2 processes) give the losses of one process."""

@@ -27,7 +27,7 @@ from ..config import ConfigError, ModelConfig, TrainConfig
 from ..config_files import read_yaml
 from ..data import build_datasets, data_vocab_size
 from ..distributed import barrier, broadcast_object, init_distributed, shutdown
-from ..loop import Trainer, train
+from ..loop import OutOfMemory, Trainer, out_of_memory_guard, train
 from ..metrics import evaluate
 from ..model_factory import hf_config_object, hf_model, load_pretrained, pretrained_folder
 from ..objective import IGNORE_INDEX, CausalLMObjective
@@ -263,6 +263,22 @@ def run_distill(cfg: DistillConfig, *, stage: int | None = None, overwrite: bool
         shutdown()
 
 
+def _run_stage(cfg: DistillConfig, k: int, teacher: nn.Module, layers: list[int], stages: list[int], status: str,
+               overwrite: bool) -> dict:
+    """Stage ``k`` from the previous stage's final/ (stage 1: from the teacher); its summary."""
+    if k == 1:  # it evaluates with the next stage's eval_batch_size (run_stage1)
+        knobs = [f"stage{j}.train.eval_batch_size (now {getattr(cfg, f'stage{j}').train.eval_batch_size}; stage 1 "
+                 f"evaluates with it)" for j in cfg.stages()[1:2]] or ["data.num_eval"]
+        with out_of_memory_guard(cfg.root / "stage1", lambda: "in stage 1 (weight transfer and its evaluation)",
+                                 lambda: knobs, "assocmem distill CONFIG"):
+            return run_stage1(cfg, teacher, layers)
+    previous = cfg.root / f"stage{stages[stages.index(k) - 1]}" / "final"
+    make = Trainer if k == 4 else functools.partial(DistillTrainer, teacher=teacher, layers=layers,
+                                                    stage=getattr(cfg, f"stage{k}"))
+    return train(stage_config(cfg, k, previous), resume=status == "started" and not overwrite, overwrite=overwrite,
+                 trainer=make)
+
+
 def _run_stages(cfg: DistillConfig, info, layers: list[int], stages: list[int], chosen: list[int],
                 overwrite: bool) -> dict[str, dict]:
     """Rank 0 decides which stages are done; every rank runs the others in order."""
@@ -289,14 +305,10 @@ def _run_stages(cfg: DistillConfig, info, layers: list[int], stages: list[int], 
             tracker.done(f"stage{k}", "finished before, skipped")
             continue
         tracker.start(f"stage{k} ({STAGE_WORK[k]})")
-        if k == 1:
-            summaries["stage1"] = run_stage1(cfg, teacher, layers)
-        else:
-            previous = cfg.root / f"stage{stages[stages.index(k) - 1]}" / "final"
-            make = Trainer if k == 4 else functools.partial(DistillTrainer, teacher=teacher, layers=layers,
-                                                            stage=getattr(cfg, f"stage{k}"))
-            summaries[f"stage{k}"] = train(stage_config(cfg, k, previous),
-                                           resume=statuses[k] == "started" and not overwrite, overwrite=overwrite,
-                                           trainer=make)
+        try:
+            summaries[f"stage{k}"] = _run_stage(cfg, k, teacher, layers, stages, statuses[k], overwrite)
+        except OutOfMemory as err:  # the settings to lower, as the distill config spells them
+            err.lower = err.lower if k == 1 else [f"stage{k}.{setting}" for setting in err.lower]
+            raise
         tracker.done(f"stage{k} ({STAGE_WORK[k]})")
     return summaries

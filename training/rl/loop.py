@@ -33,7 +33,8 @@ from .. import checkpoint as ckpt
 from ..distributed import all_gather_object, all_reduce_sum, barrier, broadcast_object, init_distributed, rank_slice, shutdown
 from ..generation import SamplingSettings, sample_completions
 from ..loop import (
-    NonFiniteLossError, interrupt_after_step, notice_interrupt, save_on_interrupt, seed_everything, stop_everywhere,
+    NonFiniteLossError, interrupt_after_step, notice_interrupt, out_of_memory_guard, save_on_interrupt,
+    seed_everything, stop_everywhere,
 )
 from ..model_factory import build_from_config, model_description
 from ..optim import build_optimizer, build_scheduler, extend_schedule
@@ -262,21 +263,32 @@ class RLTrainer:
             barrier()
             return json.loads((self.run_dir / SUMMARY_FILE).read_text())
         bar = tqdm(total=t.steps, initial=self.step, desc=self.cfg.name, disable=not (self.info.is_main and t.progress))
-        if self.step == 0:  # the bar is up first: the step-0 held-out evaluation samples for a while
-            bar.set_postfix_str("held-out evaluation before round 1")
-            self.evaluate()
-            bar.set_postfix_str("")
-        clock = time.perf_counter()
-        with interrupt_after_step(lambda: notice_interrupt(self.info, self.cfg.name, self.step)) as interrupted:
-            while self.step < t.steps:
-                if stop_everywhere(self.info, interrupted()):
-                    bar.close()
-                    raise save_on_interrupt(self.run_dir, self.step, t.steps, self.save, self.log,
-                                            f"assocmem rl CONFIG --resume ({self.run_dir})")
-                self._one_step(bar, clock)
-                clock = time.perf_counter()
-        bar.close()
-        return self.finish()
+        resume = f"assocmem rl CONFIG --resume ({self.run_dir})"
+        with out_of_memory_guard(self.run_dir, self._where, self.memory_settings, resume):
+            if self.step == 0:  # the bar is up first: the step-0 held-out evaluation samples for a while
+                bar.set_postfix_str("held-out evaluation before round 1")
+                self.evaluate()
+                bar.set_postfix_str("")
+            clock = time.perf_counter()
+            with interrupt_after_step(lambda: notice_interrupt(self.info, self.cfg.name, self.step)) as interrupted:
+                while self.step < t.steps:
+                    if stop_everywhere(self.info, interrupted()):
+                        bar.close()
+                        raise save_on_interrupt(self.run_dir, self.step, t.steps, self.save, self.log, resume)
+                    self._one_step(bar, clock)
+                    clock = time.perf_counter()
+            bar.close()
+            return self.finish()
+
+    def _where(self) -> str:
+        steps = self.cfg.train.steps
+        return f"in round {self.step + 1} of {steps}" if self.step < steps else "in the final evaluation"
+
+    def memory_settings(self) -> list[str]:
+        """What to lower after running out of memory, with the values this run has."""
+        r, t = self.cfg.rollout, self.cfg.train
+        return [f"rollout.prompts_per_step (now {r.prompts_per_step})", f"rollout.group_size (now {r.group_size})",
+                f"train.eval_batch_size (now {t.eval_batch_size})"]
 
     def _one_step(self, bar, clock: float) -> None:
         """One update with its logging, evaluation and checkpoint on schedule."""

@@ -54,3 +54,26 @@ def test_a_run_killed_before_its_first_checkpoint_logs_round_0_once(tmp_path, mo
     train_rl(cfg, resume=True)
     evals = [r["step"] for r in read_log(tmp_path / "runs" / "k" / "log.jsonl") if r["split"] == "eval"]
     assert evals == [0, 2]
+
+
+def test_out_of_memory_in_a_round_names_the_round_the_checkpoint_and_what_to_lower(tmp_path, monkeypatch, capsys):
+    """An allocation failure injected into round 3 (checkpoint at round 2): one line, exit 1."""
+    import torch
+
+    path = write_config(tmp_path, "oom", {"train": {**SHORT, "steps": 4, "checkpoint_every": 2}})
+    original = RLTrainer.train_step
+
+    def round_or_fail(self):
+        if self.step + 1 == 3:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 GiB")
+        return original(self)
+
+    monkeypatch.setattr(RLTrainer, "train_step", round_or_fail)
+    assert main(["rl", str(path)]) == 1
+    err = capsys.readouterr().err
+    run = tmp_path / "runs" / "oom"
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert err.strip() == (f"error: out of GPU memory in round 3 of 4 (CUDA out of memory. Tried to allocate 1.00 GiB); "
+                           f"saved: checkpoint {run / 'checkpoints' / 'step_00000002'}; lower rollout.prompts_per_step "
+                           f"(now 4) or rollout.group_size (now 4) or train.eval_batch_size (now 64), then resume with "
+                           f"`assocmem rl CONFIG --resume ({run})`")
