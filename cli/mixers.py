@@ -17,7 +17,7 @@ import argparse
 import json
 from pathlib import Path
 
-from .types import positive_int
+from .types import positive_int, seed_int
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -44,7 +44,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="also the compiled chunk / prefix_sum forms (lower(spec, form, compile=True)); each compiles "
                         "a few graphs, about a minute per preset on a small CPU")
     p.add_argument("--seq-len", type=positive_int, default=70, help="sequence length T of the random inputs (default 70)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed_int, default=0,
+                   help="seed of the random inputs and weights, 0 to 2**32 - 1 (default 0)")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                    help="cuda: instead of the float64 pairs, every kernel backend (fla, compiled, torch) of each spec "
                         "on the GPU against the derivation in float32 and bf16, and each FLA-covered layer by backend "

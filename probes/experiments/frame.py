@@ -33,6 +33,7 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from assocmem.cli.types import positive_int, seed_int
 from assocmem.training.progress import Progress, progress, progress_line
 
 # what a user's input raises (an existing --out or --result, a missing file, a bad value)
@@ -108,12 +109,12 @@ class Experiment:
         if self.quick:
             flags.add("--quick", action="store_true", help="a smoke-sized run (minutes)")
         if self.threads:
-            flags.add("--threads", type=int, default=None, help="torch threads (default: the config's)")
+            flags.add("--threads", type=positive_int, default=None, help="torch threads (default: the config's)")
         if self.jobs is not None:
-            flags.add("--jobs", type=int, default=self.jobs, always=True,
+            flags.add("--jobs", type=positive_int, default=self.jobs, always=True,
                       help=f"runs at once, one torch thread each (default {self.jobs})")
-        flags.add("--seeds", type=int, nargs="+", default=list(self.seeds), metavar="S", always=True,
-                  help=f"seeds (default {' '.join(map(str, self.seeds))})")
+        flags.add("--seeds", type=seed_int, nargs="+", default=list(self.seeds), metavar="S", always=True,
+                  help=f"seeds, each 0 to 2**32 - 1 and given once (default {' '.join(map(str, self.seeds))})")
         flags.add("--out", required=True, help="output folder (refused if non-empty, unless --overwrite)")
         p.add_argument("--overwrite", action="store_true",
                        help="replace an existing non-empty --out and an existing --result")
@@ -135,6 +136,9 @@ class Experiment:
 
         from ..io import prepare_out
 
+        twice = sorted({s for s in args.seeds if args.seeds.count(s) > 1})
+        if twice:
+            raise ValueError(f"--seeds: {twice} given more than once; each seed runs once (into <out>/seed_<s>)")
         current_versions()  # read now: the code this process runs, whatever is committed while it runs
         settings = self.settings(args)
         if args.result and Path(args.result).exists() and not args.overwrite:

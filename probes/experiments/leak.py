@@ -32,6 +32,8 @@ import math
 import time
 from pathlib import Path
 
+from assocmem.cli.types import seed_int
+
 from .frame import Experiment, Outcome, run_jobs, save_outputs, spread
 
 MODELS = {"baseline": "st1-tiny-baseline", "st1_as_written": "st1-tiny", "st1_causal": "st1-tiny-causal"}
@@ -231,7 +233,7 @@ def add_flags(flags) -> None:
               "default: the procedural text of textgen.py")
     flags.add("--procedural-chars", group=source, type=int, default=51_200,
               help="characters of procedural text when no --text is given (default 51200)")
-    flags.add("--text-seed", type=int, default=0, help="seed of the procedural text (default 0)")
+    flags.add("--text-seed", type=seed_int, default=0, help="seed of the procedural text, 0 to 2**32 - 1 (default 0)")
     flags.add("--models", nargs="+", default=list(MODELS), choices=list(MODELS), help="models")
     flags.add("--epochs", type=int, default=20, help="passes over the training blocks (default 20)")
     flags.add("--cuts", type=int, default=4, help="control cut positions per held-out block (default 4)")
