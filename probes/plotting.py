@@ -173,12 +173,13 @@ def _values(panel: CurvePanel, k: int) -> np.ndarray:
 
 def _set_scales(ax, panel: CurvePanel) -> None:
     """Log axes where asked (training/figures.log_axis: at least three labelled ticks, a log x at
-    the measured values where they are few). A log y axis over values that
+    the measured values where they are few and every series shares them). A log y axis over values that
     include zeros becomes symlog, linear below the smallest positive value; all zeros stay on a
     linear axis (a log axis cannot show them)."""
     ys, xs = _values(panel, 1), _values(panel, 0)
     if panel.logx:
-        log_axis(ax.xaxis, base=panel.logx_base, values=xs)
+        grids = {tuple(x) for x, _ in panel.series.values()}  # the measured values label the axis when shared
+        log_axis(ax.xaxis, base=panel.logx_base, values=xs if len(grids) == 1 else None)
     if panel.logy:
         positive = ys[np.isfinite(ys) & (ys > 0)]
         if positive.size == 0:

@@ -13,7 +13,7 @@ from assocmem.probes.niah import save_niah_figure
 from assocmem.probes.plotting import CurvePanel, PCAPanel, save_curve_panels, save_pca_panels
 from assocmem.probes.recall import RecallPoint, save_recall_figures
 from assocmem.probes.sounding import Sounding, save_sounding_figure
-from assocmem.probes.test_time_scaling import PLOTTED, save_tts_figure
+from assocmem.probes.test_time_scaling import PLOTTED, save_equal_compute_figure, save_tts_figure
 
 GRID = nx.convert_node_labels_to_integers(nx.grid_2d_graph(4, 4))
 
@@ -98,6 +98,19 @@ def test_tts_figure(tmp_path, drawn, ks):  # noqa: F811
     save_tts_figure({"metrics": metrics, "num_problems": 3, "settings": {"num_samples": ks[-1]}, "rule": "majority"},
                     tmp_path / "tts.png")
     check_figure(drawn[0], log_labels=min(3, len(ks)))
+
+
+@pytest.mark.parametrize("rounds", [0, 3])
+def test_equal_compute_figure(tmp_path, drawn, rounds):  # noqa: F811
+    """Parallel metrics at k samples and the sequential rounds against tokens per problem; one round:
+    one point per series."""
+    ks = [1, 2, 4, 8]
+    parallel = {"tokens": [12.0 * k for k in ks],
+                "metrics": {"pass@k": {"mean": [0.2, 0.3, 0.45, 0.6]}, "maj@k (random k)": {"mean": [0.2] * 4}}}
+    sequential = {"check": "self", "rounds": list(range(rounds + 1)), "tokens": [15.0 * (r + 1) for r in range(rounds + 1)],
+                  "accuracy": [0.2 + 0.05 * r for r in range(rounds + 1)]}
+    save_equal_compute_figure(parallel, sequential, tmp_path / "e.png")
+    check_figure(drawn[0])
 
 
 @pytest.mark.parametrize("shape", [(1, 1), (5, 6)])
