@@ -46,6 +46,26 @@ from .lower import FAMILIES
 ATTENTION_FORMS = FAMILIES["softmax_attention"].ops  # form -> op, from the class table (lower.py)
 
 
+def token_positions(B: int, T: int, mask: torch.Tensor | None, start: torch.Tensor | None,
+                    device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Absolute positions [B, T] counting real tokens only (mask [B, T] or None), from ``start`` [B] (the
+    cache's next position, or None for 0), and the next position [B]."""
+    pos0 = torch.zeros(B, dtype=torch.long, device=device) if start is None else start
+    if mask is None:
+        return pos0[:, None] + torch.arange(T, device=device), pos0 + T
+    steps = mask.long().cumsum(1)  # [B, T]
+    return pos0[:, None] + (steps - 1).clamp(min=0), pos0 + steps[:, -1]
+
+
+def valid_flags(B: int, T: int, mask: torch.Tensor | None, cached: torch.Tensor | None, device) -> torch.Tensor | None:
+    """Real-token flags of cache (``cached`` [B, N] or None) + new pairs [B, N + T], or None when all are real
+    and there is no cache."""
+    new = torch.ones(B, T, dtype=torch.bool, device=device) if mask is None else mask.bool()
+    if cached is None:
+        return None if mask is None else new
+    return torch.cat([cached, new], dim=1)
+
+
 class AttentionState(NamedTuple):
     """KV cache of one attention layer.
 
@@ -114,14 +134,6 @@ class Attention(nn.Module):
         conv = 0 if self.conv is None else (self.conv.size - 1) * self.conv.channels
         return n * self.Hkv * (self.K + self.V) + conv
 
-    def _positions(self, B, T, mask, state, device):
-        """Absolute positions [B, T] counting real tokens only, and the next position [B]."""
-        pos0 = torch.zeros(B, dtype=torch.long, device=device) if state is None else state.pos
-        if mask is None:
-            return pos0[:, None] + torch.arange(T, device=device), pos0 + T
-        steps = mask.long().cumsum(1)  # [B, T]
-        return pos0[:, None] + (steps - 1).clamp(min=0), pos0 + steps[:, -1]
-
     def angles(self, pos: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """(cos, sin) of the rotary map at positions pos [B, T]: RoPE's."""
         return norm.rope_angles(pos, self.K, self.rope_theta, dtype)
@@ -150,7 +162,7 @@ class Attention(nn.Module):
         v = v.reshape(B, T, self.Hkv, self.V)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        pos, next_pos = self._positions(B, T, mask, state, x.device)
+        pos, next_pos = token_positions(B, T, mask, None if state is None else state.pos, x.device)
         if self.rope:
             cos, sin = self.angles(pos, q.dtype)
             q, k = norm.apply_rope(q, cos, sin), norm.apply_rope(k, cos, sin)
@@ -164,7 +176,7 @@ class Attention(nn.Module):
         q, k, v = heads.q, heads.k, heads.v
         B, T = q.shape[:2]
         prefix = None if state is None else (state.keys, state.values)
-        valid = self._valid(B, T, mask, state, q.device)
+        valid = valid_flags(B, T, mask, None if state is None else state.valid, q.device)
         key_mask = None if valid is None or bool(valid.all()) else valid
         if op is not None:
             o, kv = op(q, k, v, scale=self.scale, key_mask=key_mask), None
@@ -211,11 +223,3 @@ class Attention(nn.Module):
             drop = max(drop, valid.shape[1] - self.window)
         return AttentionState(keys[:, :, drop:].contiguous(), values[:, :, drop:].contiguous(), valid[:, drop:],
                               next_pos)
-
-    @staticmethod
-    def _valid(B, T, mask, state, device):
-        """Real-token flags of cache + new pairs [B, N + T], or None when all are real and no cache."""
-        new = torch.ones(B, T, dtype=torch.bool, device=device) if mask is None else mask.bool()
-        if state is None:
-            return None if mask is None else new
-        return torch.cat([state.valid, new], dim=1)

@@ -1,6 +1,7 @@
 """Mixer modules: from a MixerSpec to an nn.Module with one interface.
 
     build_mixer(spec, d_model)  ->  Attention  (NonParametric memory: softmax / sliding window)
+                                    LatentAttention (NonParametric, attention.kind 'latent': MLA)
                                     SCALayer   (Spectral memory: the Nautile SCA layer)
                                     Mamba      (the selective class: Mamba's layer, mixers/mamba.py)
                                     Mixer      (every other parametric memory)
@@ -61,6 +62,7 @@ from .boundary import check_mixer_input
 from .conv import ShortConv
 from .feature_maps import build_feature_map, feature_width
 from .kernels import FlaEnv
+from .latent_attention import LatentAttention
 from .lower import Form, compilable, fla_kernel, lower
 from .lowered import Lowered, MixerState, input_dtype
 from .mamba import Mamba
@@ -115,8 +117,26 @@ def attention_arguments(spec: MixerSpec, form: str, layer_idx: int | None) -> di
                 short_conv=a.short_conv, conv_size=o.conv_size)
 
 
+def _latent_attention(spec: MixerSpec, d_model: int, form: str, layer_idx: int | None) -> nn.Module:
+    o, a = spec.layer, spec.layer.attention
+    if window_of(spec) is not None:
+        raise ValueError(f"latent attention keeps its whole latent cache; {spec.name or 'this spec'} has a window "
+                         f"({window_of(spec)}): use retention none, or attention.kind 'mha' for a sliding window")
+    return LatentAttention(d_model, num_heads=o.num_heads, head_dim=o.head_dim, value_dim=o.value_dim,
+                           kv_rank=a.latent.kv_rank, rope_dim=a.latent.rope_dim, q_rank=a.latent.q_rank,
+                           rope_theta=a.rope_theta, scale=o.scale, norm_eps=o.norm_eps, form=lower(spec, form).name,
+                           absorb=a.latent.absorb, layer_idx=layer_idx)
+
+
+# attention.kind -> the module of a softmax-attention spec
+ATTENTION_KINDS: dict[str, Callable[[MixerSpec, int, str, int | None], nn.Module]] = {
+    "mha": lambda spec, d_model, form, layer_idx: Attention(d_model, **attention_arguments(spec, form, layer_idx)),
+    "latent": _latent_attention,
+}
+
+
 def _attention(spec: MixerSpec, d_model: int, form: str, layer_idx: int | None) -> nn.Module:
-    return Attention(d_model, **attention_arguments(spec, form, layer_idx))
+    return ATTENTION_KINDS[spec.layer.attention.kind](spec, d_model, form, layer_idx)
 
 
 def _sca(spec: MixerSpec, d_model: int, form: str, layer_idx: int | None) -> nn.Module:

@@ -13,12 +13,13 @@ from assocmem.memories import (
     Momentum, NadarayaWatson, NonParametric, NoRetention, RemoveReplace, RetainThenGD, Spectral, Window,
 )
 
-from .spec import LayerOptions, MixerSpec
+from .spec import AttentionOptions, LatentOptions, LayerOptions, MixerSpec
 
 _PRESETS: dict[str, MixerSpec] = {}
 ALIASES: dict[str, str] = {
     "attn": "softmax", "attention": "softmax", "gdn": "gated_deltanet", "swa": "sliding_window",
     "la": "linear_attention", "delta": "deltanet",
+    "latent": "mla",
 }
 
 
@@ -86,6 +87,12 @@ for _spec in [
               optimizer=ClosedForm(), layer=LayerOptions(**_ATTN_LAYER)),
     MixerSpec(name="sliding_window", memory=NonParametric(), bias=NadarayaWatson(), retention=Window(size=64),
               optimizer=ClosedForm(), layer=LayerOptions(**_ATTN_LAYER)),
+    # Multi-head latent attention (DeepSeek-V2 §2.1; transformers' DeepseekV3Attention): keys and values from one
+    # latent c_KV of width 4·d_h per token (the cache), a decoupled rotary part of width d_h/2 shared by the heads,
+    # no query compression (DeepSeek-V2-Lite); mixers/latent_attention.py
+    MixerSpec(name="mla", memory=NonParametric(), bias=NadarayaWatson(), retention=NoRetention(),
+              optimizer=ClosedForm(), layer=LayerOptions(**_ATTN_LAYER, attention=AttentionOptions(
+                  kind="latent", latent=LatentOptions(kv_rank=256, rope_dim=32)))),
     MixerSpec(name="sca", memory=Spectral(points=2), bias=CharacteristicFunction(), retention=NoRetention(),
               optimizer=ClosedForm(), layer=LayerOptions(output_norm="gated_rmsnorm")),
     MixerSpec(name="titans_linear", memory=Matrix(), bias=L2(), retention=L2Decay(gate="scalar"),
@@ -130,6 +137,8 @@ PUBLISHED_LAYERS: dict[str, str] = {
     "kda": "= transformers KimiLinearDeltaAttention",
     "mamba": "= transformers MambaMixer, PyTorch path (mixers/mamba.py)",
     "mamba2": "= transformers Mamba2Mixer, PyTorch path (its n_groups: layer.num_qk_heads, 1 here as in mamba_ssm)",
+    "mla": "= transformers DeepseekV3Attention (MLA; its interleaved RoPE layout is a row permutation, "
+           "mixers/convert/latent_attention.py)",
     "softmax": "= transformers LlamaAttention / Qwen2Attention / Qwen3Attention (layer.attention.bias, .qk_norm)",
     "sca": "= the authors' SCA layer (the SCA reference fixture, tests/mixers/test_sca_fixture.py)",
     **{name: f"{_GDN_LAYER} around this update; no published layer of this kind is compared"

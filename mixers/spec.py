@@ -37,11 +37,36 @@ REFERENCE_PATTERN = r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$"  # package.m
 OptimizerField = Annotated[GD | RetainThenGD | Implicit | Momentum | ClosedForm, Field(discriminator="kind")]
 
 
+class LatentOptions(BaseModel):
+    """Options of multi-head latent attention (attention.kind = 'latent'; DeepSeek-V2, mixers/latent_attention.py).
+    Its heads: layer.num_heads of width layer.head_dim (d_h, the compressed part of q and k) + rope_dim (d_R),
+    values of width layer.value_dim."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # every float finite
+
+    kv_rank: int = Field(64, gt=0, description="d_c, width of the joint KV latent c_KV = W_DKV h (the cache)")
+    q_rank: int | None = Field(None, gt=0, description="d_c', width of the query latent c_Q = W_DQ h (None: q = W_Q h)")
+    rope_dim: int = Field(16, gt=0, description="d_R, width of the decoupled rotary part (k_R shared by the heads)")
+    absorb: bool = Field(True, description="decode steps in the absorbed form: W_UK folded into the query and W_UV "
+                         "applied after the read, attending over the cached latents without expanding them")
+
+    @field_validator("rope_dim")
+    @classmethod
+    def _even(cls, value: int) -> int:
+        if value % 2:
+            raise ValueError(f"attention.latent.rope_dim must be even (RoPE rotates pairs), got {value}")
+        return value
+
+
 class AttentionOptions(BaseModel):
     """Options of the softmax-attention module (NonParametric memory) only."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # every float finite
 
+    kind: Literal["mha", "latent"] = Field(
+        "mha", description="mha: multi-head attention with GQA (mixers/attention.py); latent: multi-head latent "
+        "attention with its compressed cache (DeepSeek-V2, mixers/latent_attention.py; options in `latent`)")
+    latent: LatentOptions = Field(default_factory=LatentOptions, description="kind 'latent' only")
     num_kv_heads: int | None = Field(None, gt=0, description="KV heads for GQA (None → num_heads)")
     rope: bool = Field(True, description="rotary map of q and k: true = RoPE, false = none (Wiola's SRPE: the "
                        "block extension wiola_attention, models/extensions.py)")
@@ -53,6 +78,18 @@ class AttentionOptions(BaseModel):
         "and Qwen3's attention_bias=True)")
     short_conv: bool = Field(False, description="causal depthwise conv (width conv_size) + SiLU on q, k, v before "
                              "QK-norm and the rotary map, carried in the decode state (off: LlamaAttention's layer)")
+
+    @model_validator(mode="after")
+    def _latent_reads_its_own(self) -> "AttentionOptions":
+        if self.kind == "latent":
+            mha_only = {"num_kv_heads": (self.num_kv_heads, None), "qk_norm": (self.qk_norm, "none"),
+                        "bias": (self.bias, "none"), "short_conv": (self.short_conv, False), "rope": (self.rope, True)}
+            wrong = {k: v for k, (v, default) in mha_only.items() if v != default}
+            if wrong:
+                raise ValueError(f"attention.kind 'latent' (MLA) shares its keys through the latent and has its own "
+                                 f"rotary part; the mha options {wrong} do not apply to it: leave them at their "
+                                 f"defaults {({k: d for k, (_, d) in mha_only.items() if k in wrong})}")
+        return self
 
 
 class SCAOptions(BaseModel):

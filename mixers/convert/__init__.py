@@ -20,12 +20,12 @@ import torch.nn as nn
 
 from ..layer import build_mixer
 from ..spec import MixerSpec
-from . import attention, gated_deltanet, kda, mamba, mamba2
+from . import attention, gated_deltanet, kda, latent_attention, mamba, mamba2
 from .common import LayerConverter
 
 CONVERTERS: dict[str, LayerConverter] = {
     c.hf_class: c for c in (gated_deltanet.CONVERTER, kda.CONVERTER, mamba.CONVERTER, mamba2.CONVERTER,
-                            *attention.CONVERTERS)}
+                            latent_attention.CONVERTER, *attention.CONVERTERS)}
 
 __all__ = ["CONVERTERS", "LayerConverter", "from_hf", "spec_from_hf", "to_hf"]
 

@@ -22,7 +22,7 @@ from ..spec import MixerSpec
 from .common import LayerConverter, StateDict, require
 
 
-def _rope(config) -> tuple[float, str, float]:
+def rope_of(config) -> tuple[float, str, float]:
     """(θ, rope type, partial rotary factor) of a transformers config, old and new field names."""
     params = dict(getattr(config, "rope_parameters", None) or {})
     theta = params.get("rope_theta", getattr(config, "rope_theta", 10000.0))
@@ -43,7 +43,7 @@ def _bias(module: nn.Module) -> str:
 def spec(module: nn.Module) -> tuple[MixerSpec, int]:
     """The ``softmax`` preset at the shapes and options of a Llama / Qwen2 / Qwen3 attention layer."""
     cfg = module.config
-    theta, kind, partial = _rope(cfg)
+    theta, kind, partial = rope_of(cfg)
     require(module, "rope_type", {"default"}, kind)
     require(module, "partial_rotary_factor", {1.0}, partial)
     require(module, "sliding_window", {None}, getattr(module, "sliding_window", None))

@@ -196,6 +196,36 @@ def _attention(family: str, prefix: str, **options):
     return build
 
 
+# ------------------------------------------------------------------ multi-head latent attention (DeepSeek-V3)
+
+
+def _deepseek_v3(q_rank: int | None):
+    def build(dtype: torch.dtype, seed: int) -> Reference:
+        import transformers
+        from transformers.models.deepseek_v3 import modeling_deepseek_v3 as module
+
+        cfg = transformers.DeepseekV3Config(hidden_size=D_MODEL, num_attention_heads=4, num_key_value_heads=4,
+                                            num_hidden_layers=1, q_lora_rank=q_rank, kv_lora_rank=12,
+                                            qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=6,
+                                            rope_interleave=False, rope_theta=500.0)
+        cfg._attn_implementation = "sdpa"
+        layer = randomize_(module.DeepseekV3Attention(cfg, 0).to(dtype), seed)
+        rotary = module.DeepseekV3RotaryEmbedding(cfg)
+        rotary.inv_freq = rotary.compute_default_rope_parameters(cfg)[0]  # float64 under float64_retyped
+
+        def run(x, start, cache):
+            pos = torch.arange(start, start + x.shape[1], device=x.device)[None]
+            return call_with_cache(layer, x, position_embeddings=rotary(x, pos), attention_mask=None, cache=cache)[0]
+
+        def states(cache, ours):
+            """Its cache keeps [B, 1, N, d_c] latents as keys and [B, 1, N, d_R] rotated keys as values."""
+            latent, rope_keys = attention_states(cache, 0)
+            return [("latent", ours.latent, latent[:, 0]), ("rope_keys", ours.rope_keys, rope_keys[:, 0])]
+
+        return Reference(layer, run, lambda x: transformers.DynamicCache(config=cfg), states)
+    return build
+
+
 LAYER_CASES: dict[str, LayerCase] = {c.name: c for c in (
     LayerCase("Qwen3NextGatedDeltaNet (Hk=2, Hv=2)", "gated_deltanet",
               "transformers.models.qwen3_next.modeling_qwen3_next", _qwen3_next(2, 2)),
@@ -207,6 +237,10 @@ LAYER_CASES: dict[str, LayerCase] = {c.name: c for c in (
               "transformers.models.mamba.modeling_mamba", _mamba),
     LayerCase("Mamba2Mixer (H=4, P=8, N=6, 2 groups, conv bias)", "mamba2",
               "transformers.models.mamba2.modeling_mamba2", _mamba2, differs=_mamba2_norm_ungrouped),
+    LayerCase("DeepseekV3Attention (MLA, H=4, d_h=8, d_R=4, d_v=6, d_c=12, q_rank 10)", "mla",
+              "transformers.models.deepseek_v3.modeling_deepseek_v3", _deepseek_v3(10)),
+    LayerCase("DeepseekV3Attention (MLA, H=4, d_h=8, d_R=4, d_v=6, d_c=12, no q compression)", "mla",
+              "transformers.models.deepseek_v3.modeling_deepseek_v3", _deepseek_v3(None)),
     LayerCase("LlamaAttention (GQA, biases)", "softmax", "transformers.models.llama.modeling_llama",
               _attention("llama", "Llama", attention_bias=True)),
     LayerCase("Qwen2Attention (GQA, q/k/v biases)", "softmax", "transformers.models.qwen2.modeling_qwen2",
