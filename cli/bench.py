@@ -242,7 +242,7 @@ def _add_decode(kinds: argparse._SubParsersAction) -> None:
     p.add_argument("--batch", type=positive_int, default=1)
     p.add_argument("--steps", type=positive_int, default=20, help="timed decode steps per context")
     p.add_argument("--models", nargs="+", default=None, metavar="MODEL",
-                   help="models of training/bench/decode.py MODELS (default: all: attention gdn75 gdn)")
+                   help="models of training/bench/decode.py MODELS (default: all: attention gqa mla gdn75 gdn)")
     p.add_argument("--threads", type=positive_int, default=1,
                    help="intra-op threads (default 1: batch-1 decoding is a chain of small ops, where extra "
                         "threads only add hand-offs; on a shared 2-core machine 2 threads made the recurrent "

@@ -17,8 +17,9 @@ Classes (their forms: the class table in mixers/lower.py):
                    per-head or per-key decay, so it has no chunkwise matmul form (mixers/lower.py)
     spectral       Spectral + CharacteristicFunction + None + ClosedForm
     nonparametric  NonParametric + NadarayaWatson + (None | Window) + ClosedForm
-    scan           everything else that is valid (Lp, Huber, MLP memory, Momentum, KL, ℓ1, the joint
-                   step repeated K times, ...)
+    scan           everything else that is valid (Lp, Huber, MLP memory, Momentum, Newton, KL, ℓ1, the
+                   joint step repeated K times, ...); Newton on ℓ2 equals a delta-class preset with another
+                   β (memories/optimizer.py Newton) but runs the derived step
 
 ``GD(rate="key")`` (one step size per key row) is scalar-rate algebra only in the dplr class; with
 any other bias or optimizer it is class scan.
@@ -29,7 +30,7 @@ from typing import Protocol
 
 from .bias import L2, CharacteristicFunction, DotProduct, NadarayaWatson, RemoveReplace
 from .memory import Matrix, NonParametric, Spectral
-from .optimizer import GD, ClosedForm, Implicit, RetainThenGD
+from .optimizer import GD, ClosedForm, Implicit, Newton, RetainThenGD
 from .retention import KL, L1, L2Decay, NoRetention, Proximal, Window
 
 
@@ -58,7 +59,7 @@ def check_axes(spec: AxesLike) -> None:
         raise ValueError(
             f"optimizer: {o.kind!r} with bias {b.kind!r} — closed_form is the optimizer for the "
             "nadaraya_watson and characteristic_function biases, and only for them; parametric "
-            "memories use gd, retain_then_gd, implicit or momentum"
+            "memories use gd, retain_then_gd, implicit, newton or momentum"
         )
     if isinstance(r, Window) and not isinstance(m, NonParametric):
         raise ValueError(
@@ -71,10 +72,10 @@ def check_axes(spec: AxesLike) -> None:
         )
     if read_time and not isinstance(r, (NoRetention, Window)):
         raise ValueError(f"retention: {r.kind!r} is not defined for the {m.kind!r} memory; use none")
-    if isinstance(r, Proximal) and not isinstance(o, Implicit):
+    if isinstance(r, Proximal) and not isinstance(o, (Implicit, Newton)):
         raise ValueError(
             f"retention: 'proximal' with optimizer {o.kind!r} — the proximal term has zero gradient at "
-            "M_{t-1}, so it only acts through the 'implicit' optimizer"
+            "M_{t-1}, so it only acts through the 'implicit' optimizer or through the curvature of 'newton'"
         )
     if isinstance(r, KL) and not (isinstance(m, Matrix) and isinstance(o, GD)):
         raise ValueError("retention: 'kl' needs a matrix memory and the gd optimizer (mirror descent)")

@@ -7,7 +7,7 @@ from __future__ import annotations
 from .algebra import algebra_class, window_of
 from .bias import L2, DotProduct, Huber, Lp, RemoveReplace
 from .memory import Matrix
-from .optimizer import GD, Implicit, Momentum, RetainThenGD
+from .optimizer import GD, Implicit, Momentum, Newton, RetainThenGD
 from .retention import KL, L1, L2Decay, NoRetention, Proximal
 
 GENERIC = "generic gradient step"
@@ -210,6 +210,9 @@ def composed(spec) -> str:
     elif isinstance(o, Implicit):
         prox = f" + {r.lam:g}/2 ‖M − M'‖²" if isinstance(r, Proximal) else ""
         step = f"M' = {_retained(r)};  M_t = argmin_M ℓ(M) + ‖M − M'‖²/(2β_t){prox}  (Newton–CG)"
+    elif isinstance(o, Newton):
+        damping = f" + {o.damping:g} I" if o.damping else ""
+        step = f"M_t = M_{{t-1}} − β_t (∇²[ℓ + R]{damping})⁻¹ ∇[ℓ + R](M_{{t-1}})  (Newton–CG)"
     elif isinstance(o, GD):
         step = f"M_t = {_retained(r)} − {rate}"
     else:

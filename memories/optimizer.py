@@ -163,21 +163,60 @@ class Implicit(Axis):
         return m
 
 
-def _conjugate_gradient(hvp: Callable[[State], State], b: State, iters: int) -> State:
-    """Solve H x = b by CG with a fixed iteration count (vmap-safe: no branching)."""
+def _conjugate_gradient(hvp: Callable[[State], State], b: State, iters: int, tol: float = 0.0) -> State:
+    """Solve H x = b by CG with a fixed iteration count (vmap-safe: no branching). ``tol`` > 0: iterations
+    after ‖r‖ ≤ tol·‖b‖ add nothing (a singular H, such as the ℓ2 bias' Newton Hessian, would otherwise
+    divide the rounding left in r by a vanishing curvature)."""
     tiny = torch.finfo(b[0].dtype).tiny
     x = tuple(torch.zeros_like(t) for t in b)
     r, p = b, b
     rr = state_dot(r, r)
+    floor = tol * tol * rr
     for _ in range(iters):
         hp = hvp(p)
-        a = rr / (state_dot(p, hp) + tiny)
+        a = torch.where(rr > floor, rr / (state_dot(p, hp) + tiny), 0.0)
         x = _axpy(a, p, x)
         r = _axpy(-a, hp, r)
         rr_new = state_dot(r, r)
         p = _axpy(rr_new / (rr + tiny), p, r)
         rr = rr_new
     return x
+
+
+class Newton(Axis):
+    """One (damped) Newton step on ℓ + R at M_{t−1} (thesis §2.4.4, second-order methods):
+
+        M_t = M_{t−1} − η_t (∇²[ℓ + R](M_{t−1}) + δ I)⁻¹ ∇[ℓ + R](M_{t−1})
+
+    with the Hessian applied as Hessian-vector products (autograd) and the system solved by conjugate
+    gradients. The ℓ2 bias has the Hessian (k kᵀ) ⊗ I, singular along every key but k_t: with δ = 0 the
+    step is the least-norm (pseudo-inverse) one, M_t = M_{t−1} − η_t k_t e_tᵀ/‖k_t‖², e_t = M_{t−1}ᵀk_t − v_t
+    (exact recall at η_t = 1, the normalised delta rule); δ > 0 (Levenberg–Marquardt) or a proximal
+    retention R = λ/2‖M − M_{t−1}‖² adds δ or λ to its curvature, β_t = η_t/(‖k_t‖² + δ + λ): the ridge
+    solution of ℓ2 + R, which is the implicit step (Longhorn) with step 1/λ. On a quadratic objective
+    one step at η_t = 1 is its exact minimiser; CG needs as many iterations as the Hessian has distinct
+    eigenvalues (2 for ℓ2). ``steps: K`` takes K Newton steps, R anchored at M_{t−1}.
+    """
+
+    kind: Literal["newton"] = "newton"
+    lr: float = Field(1.0, gt=0.0, description="step size; η_t = lr · β_t (1: the full Newton step)")
+    damping: float = Field(0.0, ge=0.0, description="δ added to the Hessian (Levenberg–Marquardt); 0: the least-"
+                           "norm step where the Hessian is singular")
+    cg_steps: int = Field(4, gt=0, description="conjugate-gradient iterations per Newton step")
+    steps: int = Field(1, ge=1, description=STEPS_DOC)
+
+    def update(self, ctx: TokenContext, state: State) -> State:
+        anchor = state
+
+        def objective(s: State) -> torch.Tensor:
+            return ctx.loss(s) + ctx.penalty(s, anchor)
+
+        for _ in range(self.steps):
+            g = grad(objective)(state)
+            hvp = (lambda p, m=state: _axpy(self.damping, p, jvp(grad(objective), (m,), (p,))[1]))
+            step = _conjugate_gradient(hvp, g, self.cg_steps, tol=1e3 * torch.finfo(g[0].dtype).eps)
+            state = _axpy(-ctx.lr, step, state)
+        return state
 
 
 class Momentum(Axis):
@@ -210,4 +249,4 @@ class ClosedForm(Axis):
     kind: Literal["closed_form"] = "closed_form"
 
 
-Optimizer = GD | RetainThenGD | Implicit | Momentum | ClosedForm
+Optimizer = GD | RetainThenGD | Implicit | Newton | Momentum | ClosedForm

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serial
 
 from assocmem.memories import (
     GD, L1, L2, MLP, CharacteristicFunction, ClosedForm, Diagonal, DotProduct, Huber, Implicit, KL, L2Decay,
-    Lp, Matrix, Momentum, NadarayaWatson, NonParametric, NoRetention, Proximal, RemoveReplace, RetainThenGD,
+    Lp, Matrix, Momentum, NadarayaWatson, Newton, NonParametric, NoRetention, Proximal, RemoveReplace, RetainThenGD,
     Spectral, Window, algebra_class, check_axes, sums_keys,
 )
 
@@ -34,7 +34,7 @@ BiasField = Annotated[
 ]
 RetentionField = Annotated[NoRetention | L2Decay | Proximal | L1 | KL | Window, Field(discriminator="kind")]
 REFERENCE_PATTERN = r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$"  # package.module:function
-OptimizerField = Annotated[GD | RetainThenGD | Implicit | Momentum | ClosedForm, Field(discriminator="kind")]
+OptimizerField = Annotated[GD | RetainThenGD | Implicit | Newton | Momentum | ClosedForm, Field(discriminator="kind")]
 
 
 class LatentOptions(BaseModel):

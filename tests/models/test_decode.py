@@ -37,6 +37,8 @@ MODELS = {  # id -> HybridConfig kwargs
     "sca,sca,attn": dict(layers="sca,sca,attn", overrides=SCA_SMALL, mlp_layers="attention"),
     "mamba2,swa5": dict(layers=["mamba2", SWA5]),
     "mamba,attn": dict(layers="mamba,attn"),
+    "mla": dict(layers="mla", n_layers=2, overrides={"mla": {"attention": {"latent": {"kv_rank": 12, "rope_dim": 4}}}}),
+    "gdn*3,mla": dict(layers="gdn*3,mla"),
 }
 
 
@@ -65,7 +67,7 @@ def test_prefill_then_decode_equals_full(key):
     assert cache.get_seq_length() == 12
 
 
-PAD_MODELS = ["attn", "swa5", "gdn", "mamba2", "mamba", "sca", "titans_linear", "gdn*3,attn", "sca,sca,attn"]
+PAD_MODELS = ["attn", "swa5", "gdn", "mamba2", "mamba", "sca", "titans_linear", "gdn*3,attn", "sca,sca,attn", "mla"]
 
 
 def _padded(rows: list[torch.Tensor], side: str, T: int):
@@ -98,7 +100,7 @@ def test_padded_batch_equals_unpadded(key, side):
         torch.testing.assert_close(torch.cat([s[i] for s in step_logits]), ref[len(r):], **TOL)
 
 
-@pytest.mark.parametrize("key", ["gdn*3,attn", "sca,sca,attn", "mamba,attn"])
+@pytest.mark.parametrize("key", ["gdn*3,attn", "sca,sca,attn", "mamba,attn", "gdn*3,mla"])
 def test_generate_left_padded_equals_each_row(key):
     model = tiny(key)
     rows = [ids(1, n, seed=n)[0] for n in (6, 3)]

@@ -24,7 +24,7 @@ def test_every_preset_builds_a_mixer_module(name):
     spec = spec.model_copy(update={"layer": spec.layer.model_copy(update={"num_heads": 2, "head_dim": 8})})
     module = build_mixer(spec, 16, form="recurrent")  # every class has one (no compile)
     assert isinstance(module, MixerModule)
-    assert module.masks_padding == (name in ("softmax", "sliding_window"))
+    assert module.masks_padding == (name in ("softmax", "sliding_window", "mla"))
     x = torch.randn(2, 5, 16)
     y, state = module(x, return_state=False)
     assert y.shape == x.shape and state is None

@@ -1,14 +1,16 @@
 """`assocmem bench decode`: per-token decode latency against context length.
 
-Three models of the same width and depth: pure attention, a 75% Gated DeltaNet
-hybrid (attention at layers 3, 7, 11 of 12, thesis Table 4.1) and pure GDN.
+Models of the same width and depth: pure attention (MHA), the same with grouped KV heads (GQA,
+H/4 kv heads), multi-head latent attention (MLA, DeepSeek-V2: a cache of one latent of d_c + d_R
+floats per token for all heads), a 75% Gated DeltaNet hybrid (attention at layers 3, 7, 11 of 12,
+thesis Table 4.1) and pure GDN.
 For each context length N the cache is put in the state it has after N tokens
 and then `steps` tokens are decoded one at a time. ms_per_token is the median
 latency of one decode step (one new token for each of the `batch` sequences);
 all (model, context) pairs take their steps in turn, so they see the same load.
 
-- attention layers get a KV cache of N random keys/values (their decode cost
-  depends only on N, not on the values);
+- attention layers get a cache of N random keys/values (MLA: latents and rotary keys; their decode
+  cost depends only on N, not on the values);
 - recurrent layers keep the fixed-size state of a short real prompt (their
   size does not depend on N, which is the point).
 
@@ -25,10 +27,13 @@ import time
 import torch
 
 from assocmem.mixers.attention import AttentionState
+from assocmem.mixers.latent_attention import LatentState
 from assocmem.models import HybridConfig, build_model, output_cache
 
 MODELS = {
     "attention": dict(layers="attn"),
+    "gqa": dict(layers="attn"),  # num_kv_heads = H / 4 (at least 1), bench_config
+    "mla": dict(layers="mla"),  # multi-head latent attention: the cache holds d_c + d_R floats per token
     "gdn75": dict(layers="gdn", attention_layers=[3, 7, 11]),
     "gdn": dict(layers="gdn"),
 }
@@ -38,21 +43,37 @@ def bench_config(kind: str, d_model: int, n_layers: int, vocab: int) -> HybridCo
     spec = dict(MODELS[kind])
     if "attention_layers" in spec:  # keep Table 4.1's 75% placement (every 4th layer) at any depth
         spec["attention_layers"] = [i for i in range(n_layers) if i % 4 == 3]
-    return HybridConfig(d_model=d_model, vocab_size=vocab, n_layers=n_layers, num_heads=max(1, d_model // 64),
-                        mlp_ratio=4.0, **spec)
+    heads = max(1, d_model // 64)
+    if kind == "gqa":
+        spec["overrides"] = {"attn": {"attention": {"num_kv_heads": max(1, heads // 4)}}}
+    return HybridConfig(d_model=d_model, vocab_size=vocab, n_layers=n_layers, num_heads=heads, mlp_ratio=4.0, **spec)
+
+
+def _random_pairs(st: AttentionState, n: int, gen: torch.Generator) -> AttentionState:
+    B, Hkv, _, K = st.keys.shape
+    keys = torch.randn(B, Hkv, n, K, generator=gen).to(st.keys.dtype)
+    values = torch.randn(B, Hkv, n, st.values.shape[-1], generator=gen).to(st.values.dtype)
+    return AttentionState(keys, values, torch.ones(B, n, dtype=torch.bool), torch.full((B,), n, dtype=torch.long))
+
+
+def _random_latents(st: LatentState, n: int, gen: torch.Generator) -> LatentState:
+    B, _, C = st.latent.shape
+    latent = torch.randn(B, n, C, generator=gen).to(st.latent.dtype)
+    rope_keys = torch.randn(B, n, st.rope_keys.shape[-1], generator=gen).to(st.rope_keys.dtype)
+    return LatentState(latent, rope_keys, torch.ones(B, n, dtype=torch.bool), torch.full((B,), n, dtype=torch.long))
+
+
+# state type of a layer whose cache grows with the context -> a cache of n random tokens like it
+GROWING_CACHES = {AttentionState: _random_pairs, LatentState: _random_latents}
 
 
 def _fill_cache(cache, n: int, gen: torch.Generator) -> None:
-    """Grow every attention layer's cache to n random pairs (recurrent states are left as they are)."""
+    """Grow every attention layer's cache to n random tokens (``GROWING_CACHES``; recurrent states are left as
+    they are)."""
     for i in range(len(cache.layers)):
-        st = cache[i]
-        if isinstance(st, AttentionState):
-            B, Hkv, _, K = st.keys.shape
-            V = st.values.shape[-1]
-            keys = torch.randn(B, Hkv, n, K, generator=gen).to(st.keys.dtype)
-            values = torch.randn(B, Hkv, n, V, generator=gen).to(st.values.dtype)
-            valid = torch.ones(B, n, dtype=torch.bool)
-            cache[i] = AttentionState(keys, values, valid, torch.full((B,), n, dtype=torch.long))
+        fill = GROWING_CACHES.get(type(cache[i]))
+        if fill is not None:
+            cache[i] = fill(cache[i], n, gen)
     cache.seen_tokens = n
 
 
