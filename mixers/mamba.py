@@ -8,6 +8,7 @@ R = dt_rank:
     x = SiLU(causal depthwise conv(x) + b)          conv of width conv_size  (carried in the decode state)
     δ, B, C = x W_x                                 [B, T, R], [B, T, N], [B, T, N]   (x_proj)
     Δ = softplus(δ W_dtᵀ + dt_bias)                 [B, T, D]                 (dt_proj, computed in float32 at least)
+    Δ = clamp(Δ, low, high)                         with mamba.dt_limit = (low, high) (mamba_ssm's dt_limit)
     A = −exp(A_log)                                 [D, N]
     h_t = exp(Δ_t ⊙ A) ⊙ h_{t−1} + (Δ_t ⊙ x_t) ⊗ B_t,   y_t = h_t C_t + D_skip ⊙ x_t    h ∈ R^{D×N}
     out = (y ⊙ SiLU(z)) W_out                                                  (out_proj)
@@ -95,6 +96,8 @@ class Mamba(Lowered, nn.Module):
         delta, Bt, Ct = self.x_proj(xs).split([self.R, self.N, self.N], dim=-1)
         gd = torch.promote_types(x.dtype, torch.float32)
         dt = F.softplus(F.linear(delta, self.dt_proj.to(delta.dtype)).to(gd) + self.dt_bias.to(gd))  # Δ [B, T, D]
+        if self.spec.layer.mamba.dt_limit is not None:  # mamba_ssm's dt_limit
+            dt = dt.clamp(*self.spec.layer.mamba.dt_limit)
         A = -torch.exp(self.A_log.to(gd))  # [D, N]
         log_alpha = (dt[:, :, None, None, :] * A.t()).reshape(B, T, 1, self.N, self.D_inner)  # Δ_{t,d} A_{d,n}
         step = state is not None and T == 1

@@ -120,9 +120,15 @@ class MambaOptions(BaseModel):
         "random", description="dt_proj weight at init: U[−s, s] (random) or s (constant), s = dt_scale · R^(−1/2)")
     dt_scale: float = Field(1.0, gt=0, description="scale s of dt_proj's initial weight")
     bias: bool = Field(False, description="biases of in_proj and out_proj (transformers' use_bias)")
+    dt_limit: tuple[float, float] | None = Field(
+        None, description="(low, high): Δ clamped to [low, high] after the softplus, every step (mamba_ssm's "
+        "dt_limit; a positive low keeps every write and decay step away from 0: the dt clipping of Zuo et al. "
+        "2025); None: no clamp (Mamba's and transformers' MambaMixer)")
 
     @model_validator(mode="after")
     def _dt_range(self) -> "MambaOptions":
+        if self.dt_limit is not None and not 0.0 <= self.dt_limit[0] < self.dt_limit[1]:
+            raise ValueError(f"mamba.dt_limit = {self.dt_limit} must be (low, high) with 0 <= low < high")
         if self.dt_rank != "auto" and self.dt_rank < 1:
             raise ValueError(f"mamba.dt_rank must be 'auto' or a positive int, got {self.dt_rank}")
         if self.dt_min > self.dt_max:

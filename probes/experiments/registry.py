@@ -352,3 +352,14 @@ register(Reproducible(
             *(Check(f"{m}/scratch", atol=0.1) for m in ("gdn75", "mamba2_50"))),
     minutes_per_seed=20.0,  # measured with the 2 cores shared (load average 5-7); idle is faster
 ))
+
+register(Reproducible(
+    name="dt-stability",
+    description="the thesis' Fig 4.6 at toy scale: 2-layer Mamba byte LMs (d=48, lr 3e-2, 100 steps) with dt_rank "
+                "3 (auto), 1 and 48 and with Δ clamped to (1e-3, 0.1); loss spikes, divergence and final loss",
+    command=("experiment", "dt-stability", "--seeds", "{seeds}", "--out", "{out}", "--result", "{result}"),
+    seeds=(0, 1, 2),
+    checks=tuple(Check(f"{variant}/final_loss", atol=0.05) for variant in (
+        "dt_rank auto (3)", "dt_rank 1", "dt_rank 48", "dt_rank auto + dt_limit (1e-3, 0.1)")),
+    minutes_per_seed=2.0,
+))

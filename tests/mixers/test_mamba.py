@@ -6,6 +6,8 @@ from their preset lists."""
 from __future__ import annotations
 
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -111,6 +113,32 @@ def test_mamba_options_refuse_bad_values():
     with pytest.raises(ValueError, match="dt_rank must be 'auto' or a positive int"):
         MambaOptions(dt_rank=0)
     assert MambaOptions().rank(768) == 48 and MambaOptions().rank(33) == 3
+
+
+def _with_mamba(**options) -> MixerSpec:
+    data = get_preset("mamba").model_dump()
+    data["layer"]["mamba"].update(options)
+    return MixerSpec.model_validate(data)
+
+
+@torch.no_grad()
+def test_dt_limit_clamps_delta_after_the_softplus():
+    """Δ far below the floor of dt_limit = (0.05, 0.2) is the floor: the layer equals the unclamped layer whose
+    Δ is softplus(softplus⁻¹(0.05)) = 0.05 everywhere; a limit that clamps nothing changes nothing."""
+    torch.manual_seed(0)
+    clamped = build_mixer(_with_mamba(dt_limit=(0.05, 0.2)), 32).double()
+    free = build_mixer(_with_mamba(), 32).double()
+    free.load_state_dict(clamped.state_dict())
+    with torch.no_grad():
+        clamped.dt_proj.zero_(), clamped.dt_bias.fill_(-30.0)  # Δ = softplus(−30) ≈ 1e-13 < 0.05
+        free.dt_proj.zero_(), free.dt_bias.fill_(math.log(math.expm1(0.05)))  # Δ = 0.05
+    x = torch.randn(2, 7, 32, dtype=torch.float64)
+    torch.testing.assert_close(clamped(x)[0], free(x)[0], atol=1e-12, rtol=0)
+    wide = build_mixer(_with_mamba(dt_limit=(0.0, 1e6)), 32).double()
+    wide.load_state_dict(free.state_dict())
+    assert torch.equal(wide(x)[0], free(x)[0])
+    with pytest.raises(ValueError, match="dt_limit .* must be \\(low, high\\) with 0 <= low < high"):
+        MambaOptions(dt_limit=(0.2, 0.1))
 
 
 def test_the_mamba_layer_refuses_another_class():
