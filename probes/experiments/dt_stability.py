@@ -66,7 +66,7 @@ def spike_metrics(losses: list[float]) -> dict[str, float]:
 
 
 def train_losses(cfg: DtStabilityConfig, mamba: dict, text: bytes, seed: int) -> list[float]:
-    """Per-step training losses of one variant (AdamW, gradient norm clipped at 1 as the thesis' recipe)."""
+    """Per-step training losses of one variant (AdamW, weight decay 0.1, gradient norm clipped at 1)."""
     import torch
     import torch.nn.functional as F
 
