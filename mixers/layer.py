@@ -111,6 +111,9 @@ class MixerModule(Protocol):
 def attention_arguments(spec: MixerSpec, form: str, layer_idx: int | None) -> dict[str, Any]:
     """The keyword arguments (after d_model) of the Attention module of a softmax-attention spec."""
     o, a = spec.layer, spec.layer.attention
+    if a.kind != "mha":
+        raise ValueError(f"{spec.name or 'this spec'} is attention.kind {a.kind!r}: the multi-head Attention module "
+                         f"(and the layers built on it, such as Wiola's) takes kind 'mha' only")
     return dict(num_heads=o.num_heads, head_dim=o.head_dim, num_kv_heads=a.num_kv_heads, value_dim=o.value_dim,
                 rope=a.rope, rope_theta=a.rope_theta, qk_rmsnorm=a.qk_norm == "rmsnorm", window=window_of(spec),
                 scale=o.scale, bias=a.bias, norm_eps=o.norm_eps, form=lower(spec, form).name, layer_idx=layer_idx,

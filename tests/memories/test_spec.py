@@ -28,7 +28,7 @@ def test_preset_registry_lists_the_issue_presets():
                 "huber_delta", "lp_delta", "ttt_linear", "kda",
                 # issue 24: recurrent depth, RWKV-7 (Table 2.1 and DPLR), normalised Hedgehog, ℓ1 retention
                 "gated_deltanet_steps3", "huber_delta_steps3", "rwkv7", "rwkv7_dplr", "hedgehog", "l1_deltanet",
-                "mamba"}  # issue 37: Mamba's selective SSM
+                "mamba", "mla"}  # issue 37: Mamba's selective SSM, multi-head latent attention
     assert set(PRESETS) == expected
     assert get_preset("gdn") == get_preset("gated_deltanet")
 

@@ -10,7 +10,7 @@ import torch
 
 from assocmem.mixers import MixerSpec, get_preset
 from assocmem.mixers.latent_attention import LatentAttention, LatentState
-from assocmem.mixers.layer import build_mixer
+from assocmem.mixers.layer import attention_arguments, build_mixer
 
 H, DH, DR, DV, DC, DQ, D = 3, 6, 4, 5, 7, 9, 16
 
@@ -103,6 +103,8 @@ def test_refusals():
     data["layer"]["attention"]["latent"]["rope_dim"] = 5
     with pytest.raises(ValueError, match="rope_dim must be even"):
         MixerSpec.model_validate(data)
+    with pytest.raises(ValueError, match="takes kind 'mha' only"):  # Wiola's attention builds on the mha module
+        attention_arguments(get_preset("mla"), "auto", None)
     data = get_preset("mla").model_dump()
     data["retention"] = {"kind": "window", "size": 8}
     with pytest.raises(ValueError, match="keeps its whole latent cache"):
