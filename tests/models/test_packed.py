@@ -29,11 +29,11 @@ def packed(seed=1):
     return torch.randn(1, int(CU[-1]), D, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
 
 
-@pytest.mark.parametrize("preset", ["gated_deltanet", "mamba2", "mamba", "softmax", "sca", "retnet"])
+@pytest.mark.parametrize("preset", ["gated_deltanet", "mamba2", "mamba", "softmax", "mla", "sca", "retnet"])
 def test_packed_documents_equal_one_by_one(preset):
     m = layer(preset)
     x = packed()
-    if preset == "softmax":  # keys and values grow with the document: no one state of a row per document
+    if preset in ("softmax", "mla"):  # keys and values (mla: latents) grow with the document: no one state of a row per document
         with pytest.raises(ValueError, match="differ in size"):
             m(x, cu_seqlens=CU, use_cache=True)
         o, cache = m(x, cu_seqlens=CU)[0], None
