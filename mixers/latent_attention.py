@@ -14,8 +14,8 @@ The RMSNorms on the two latents are those of DeepSeek's released layers (transfo
 ``DeepseekV3Attention``: ``q_a_layernorm``, ``kv_a_layernorm``); the parameters carry that layer's names:
 W_DKV and W_KR are the rows of ``kv_a_proj_with_mqa``, W_UK and W_UV the rows of ``kv_b_proj`` (per head
 [d_h; d_v]), W_DQ = ``q_a_proj`` and [W_UQ; W_QR] = ``q_b_proj`` (per head [d_h; d_R]; ``q_proj`` without
-q_rank). RoPE rotates the pairs (i, i + d_R/2) (mixers/norm.py; DeepSeek's interleaved layout is a
-permutation of rows, mixers/convert/latent_attention.py).
+q_rank). RoPE rotates the pairs (i, i + d_R/2) (mixers/norm.py), transformers' layout with
+``rope_interleave=False``; DeepSeek's interleaved pairs (2i, 2i + 1) are not built.
 
 Decode state (``LatentState``): c_KV and k_R of every token so far, d_c + d_R floats per token for all
 heads together (multi-head attention keeps 2·H·d_h). A call reads it in one of two forms, equal up to
