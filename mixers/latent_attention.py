@@ -14,8 +14,10 @@ The RMSNorms on the two latents are those of DeepSeek's released layers (transfo
 ``DeepseekV3Attention``: ``q_a_layernorm``, ``kv_a_layernorm``); the parameters carry that layer's names:
 W_DKV and W_KR are the rows of ``kv_a_proj_with_mqa``, W_UK and W_UV the rows of ``kv_b_proj`` (per head
 [d_h; d_v]), W_DQ = ``q_a_proj`` and [W_UQ; W_QR] = ``q_b_proj`` (per head [d_h; d_R]; ``q_proj`` without
-q_rank). RoPE rotates the pairs (i, i + d_R/2) (mixers/norm.py), transformers' layout with
-``rope_interleave=False``; DeepSeek's interleaved pairs (2i, 2i + 1) are not built.
+q_rank). RoPE rotates the pairs (i, i + d_R/2) (mixers/norm.py); with ``rope_interleave`` (DeepSeek's
+checkpoints) the rows of q_R and k_R come in pairs (2i, 2i + 1) and are first read into that layout
+(even rows, then odd), as transformers' ``apply_rotary_pos_emb_interleave`` does, so the cache holds k_R
+in the (i, i + d_R/2) layout either way.
 
 Decode state (``LatentState``): c_KV and k_R of every token so far, d_c + d_R floats per token for all
 heads together (multi-head attention keeps 2·H·d_h). A call reads it in one of two forms, equal up to
@@ -57,7 +59,8 @@ class LatentAttention(nn.Module):
 
     def __init__(self, d_model: int, *, num_heads: int, head_dim: int, value_dim: int, kv_rank: int,
                  rope_dim: int, q_rank: int | None = None, rope_theta: float = 10000.0, scale: float | None = None,
-                 norm_eps: float = 1e-6, form: str = "sdpa", absorb: bool = True, layer_idx: int | None = None):
+                 norm_eps: float = 1e-6, form: str = "sdpa", absorb: bool = True, rope_interleave: bool = False,
+                 layer_idx: int | None = None):
         super().__init__()
         if form not in ATTENTION_FORMS:
             raise ValueError(f"attention form {form!r} is not available; choose one of {sorted(ATTENTION_FORMS)}")
@@ -65,6 +68,7 @@ class LatentAttention(nn.Module):
             raise ValueError(f"latent attention's rope_dim must be even (RoPE rotates pairs), got {rope_dim}")
         self.H, self.K, self.V, self.R, self.C = num_heads, head_dim, value_dim, rope_dim, kv_rank
         self.rope_theta, self.form, self.absorb, self.layer_idx = rope_theta, form, absorb, layer_idx
+        self.rope_interleave = rope_interleave
         self.scale = (head_dim + rope_dim) ** -0.5 if scale is None else scale
         q_width = num_heads * (head_dim + rope_dim)
         if q_rank is None:
@@ -93,9 +97,11 @@ class LatentAttention(nn.Module):
         pos, next_pos = token_positions(B, T, mask, None if state is None else state.pos, x.device)
         cos, sin = norm.rope_angles(pos, self.R, self.rope_theta, x.dtype)
         q_c, q_r = self.queries(x)
-        q_r = norm.apply_rope(q_r, cos, sin)
         latent, k_r = self.kv_a_proj_with_mqa(x).split([self.C, self.R], -1)
         latent = self.kv_a_layernorm(latent)
+        if self.rope_interleave:  # pairs (2i, 2i + 1) -> (i, i + d_R/2)
+            q_r, k_r = (torch.cat([t[..., 0::2], t[..., 1::2]], -1) for t in (q_r, k_r))
+        q_r = norm.apply_rope(q_r, cos, sin)
         k_r = norm.apply_rope(k_r[:, :, None], cos, sin)[:, :, 0]
         valid = valid_flags(B, T, mask, None if state is None else state.valid, x.device)
         key_mask = None if valid is None or bool(valid.all()) else valid

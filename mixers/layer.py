@@ -128,7 +128,7 @@ def _latent_attention(spec: MixerSpec, d_model: int, form: str, layer_idx: int |
     return LatentAttention(d_model, num_heads=o.num_heads, head_dim=o.head_dim, value_dim=o.value_dim,
                            kv_rank=a.latent.kv_rank, rope_dim=a.latent.rope_dim, q_rank=a.latent.q_rank,
                            rope_theta=a.rope_theta, scale=o.scale, norm_eps=o.norm_eps, form=lower(spec, form).name,
-                           absorb=a.latent.absorb, layer_idx=layer_idx)
+                           absorb=a.latent.absorb, rope_interleave=a.latent.rope_interleave, layer_idx=layer_idx)
 
 
 # attention.kind -> the module of a softmax-attention spec

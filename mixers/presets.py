@@ -137,8 +137,7 @@ PUBLISHED_LAYERS: dict[str, str] = {
     "kda": "= transformers KimiLinearDeltaAttention",
     "mamba": "= transformers MambaMixer, PyTorch path (mixers/mamba.py)",
     "mamba2": "= transformers Mamba2Mixer, PyTorch path (its n_groups: layer.num_qk_heads, 1 here as in mamba_ssm)",
-    "mla": "= transformers DeepseekV3Attention with rope_interleave=False (MLA; DeepSeek's interleaved rotary "
-           "layout is refused by mixers/convert/latent_attention.py)",
+    "mla": "= transformers DeepseekV3Attention (MLA; its rope_interleave: attention.latent.rope_interleave)",
     "softmax": "= transformers LlamaAttention / Qwen2Attention / Qwen3Attention (layer.attention.bias, .qk_norm)",
     "sca": "= the authors' SCA layer (the SCA reference fixture, tests/mixers/test_sca_fixture.py)",
     **{name: f"{_GDN_LAYER} around this update; no published layer of this kind is compared"

@@ -47,6 +47,9 @@ class LatentOptions(BaseModel):
     kv_rank: int = Field(64, gt=0, description="d_c, width of the joint KV latent c_KV = W_DKV h (the cache)")
     q_rank: int | None = Field(None, gt=0, description="d_c', width of the query latent c_Q = W_DQ h (None: q = W_Q h)")
     rope_dim: int = Field(16, gt=0, description="d_R, width of the decoupled rotary part (k_R shared by the heads)")
+    rope_interleave: bool = Field(False, description="the rotary part's pairs are (2i, 2i + 1), read into the "
+                                  "(i, i + d_R/2) layout before RoPE (DeepSeek's checkpoints; transformers' "
+                                  "rope_interleave)")
     absorb: bool = Field(True, description="decode steps in the absorbed form: W_UK folded into the query and W_UV "
                          "applied after the read, attending over the cached latents without expanding them")
 

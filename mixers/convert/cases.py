@@ -199,7 +199,7 @@ def _attention(family: str, prefix: str, **options):
 # ------------------------------------------------------------------ multi-head latent attention (DeepSeek-V3)
 
 
-def _deepseek_v3(q_rank: int | None):
+def _deepseek_v3(q_rank: int | None, interleave: bool):
     def build(dtype: torch.dtype, seed: int) -> Reference:
         import transformers
         from transformers.models.deepseek_v3 import modeling_deepseek_v3 as module
@@ -207,7 +207,7 @@ def _deepseek_v3(q_rank: int | None):
         cfg = transformers.DeepseekV3Config(hidden_size=D_MODEL, num_attention_heads=4, num_key_value_heads=4,
                                             num_hidden_layers=1, q_lora_rank=q_rank, kv_lora_rank=12,
                                             qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=6,
-                                            rope_interleave=False, rope_theta=500.0)
+                                            rope_interleave=interleave, rope_theta=500.0)
         cfg._attn_implementation = "sdpa"
         layer = randomize_(module.DeepseekV3Attention(cfg, 0).to(dtype), seed)
         rotary = module.DeepseekV3RotaryEmbedding(cfg)
@@ -238,9 +238,9 @@ LAYER_CASES: dict[str, LayerCase] = {c.name: c for c in (
     LayerCase("Mamba2Mixer (H=4, P=8, N=6, 2 groups, conv bias)", "mamba2",
               "transformers.models.mamba2.modeling_mamba2", _mamba2, differs=_mamba2_norm_ungrouped),
     LayerCase("DeepseekV3Attention (MLA, H=4, d_h=8, d_R=4, d_v=6, d_c=12, q_rank 10)", "mla",
-              "transformers.models.deepseek_v3.modeling_deepseek_v3", _deepseek_v3(10)),
-    LayerCase("DeepseekV3Attention (MLA, H=4, d_h=8, d_R=4, d_v=6, d_c=12, no q compression)", "mla",
-              "transformers.models.deepseek_v3.modeling_deepseek_v3", _deepseek_v3(None)),
+              "transformers.models.deepseek_v3.modeling_deepseek_v3", _deepseek_v3(10, False)),
+    LayerCase("DeepseekV3Attention (MLA, H=4, d_h=8, d_R=4, d_v=6, d_c=12, no q compression, interleaved RoPE)",
+              "mla", "transformers.models.deepseek_v3.modeling_deepseek_v3", _deepseek_v3(None, True)),
     LayerCase("LlamaAttention (GQA, biases)", "softmax", "transformers.models.llama.modeling_llama",
               _attention("llama", "Llama", attention_bias=True)),
     LayerCase("Qwen2Attention (GQA, q/k/v biases)", "softmax", "transformers.models.qwen2.modeling_qwen2",

@@ -9,9 +9,8 @@ The published layer (DeepSeek-AI 2024, DeepSeek-V2 §2.1; transformers' modeling
     o = softmax([q_pass; q_rot] · [k_pass; k_rot] · scaling + causal mask) v,    y = o W_o
 
 Our ``mla`` preset layer (mixers/latent_attention.py) has the parameters under the same names, so the
-state-dict maps are the identity. Refused: the interleaved rotary layout (``rope_interleave``, the
-default of DeepSeek's configs; ours rotates the pairs (i, i + d_R/2)), scaled RoPE (YaRN), biases
-and attention dropout.
+state-dict maps are the identity; ``rope_interleave`` (the default of DeepSeek's configs) is
+``attention.latent.rope_interleave``. Refused: scaled RoPE (YaRN), biases and attention dropout.
 """
 from __future__ import annotations
 
@@ -28,7 +27,6 @@ def spec(module: nn.Module) -> tuple[MixerSpec, int]:
     cfg = module.config
     theta, kind, _ = rope_of(cfg)
     require(module, "rope_type", {"default"}, kind)
-    require(module, "rope_interleave", {False}, bool(cfg.rope_interleave))
     require(module, "attention_bias", {False}, bool(cfg.attention_bias))
     require(module, "attention_dropout", {0.0}, float(module.attention_dropout))
     K, R = module.qk_nope_head_dim, module.qk_rope_head_dim
@@ -37,7 +35,8 @@ def spec(module: nn.Module) -> tuple[MixerSpec, int]:
                          scale=None if module.scaling == (K + R) ** -0.5 else float(module.scaling),
                          norm_eps=module.kv_a_layernorm.variance_epsilon)
     data["layer"]["attention"].update(rope_theta=theta)
-    data["layer"]["attention"]["latent"].update(kv_rank=module.kv_lora_rank, q_rank=module.q_lora_rank, rope_dim=R)
+    data["layer"]["attention"]["latent"].update(kv_rank=module.kv_lora_rank, q_rank=module.q_lora_rank, rope_dim=R,
+                                                rope_interleave=bool(cfg.rope_interleave))
     return MixerSpec.model_validate(data), cfg.hidden_size
 
 

@@ -111,14 +111,18 @@ def test_refusals():
         build_mixer(MixerSpec.model_validate(data), 32)
 
 
-def test_converter_refuses_the_interleaved_layout():
+def test_converter_refuses_scaled_rope_and_biases():
     transformers = pytest.importorskip("transformers")
     from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3Attention
 
     from assocmem.mixers.convert import from_hf
 
-    cfg = transformers.DeepseekV3Config(hidden_size=32, num_attention_heads=4, num_key_value_heads=4,
-                                        num_hidden_layers=1, q_lora_rank=None, kv_lora_rank=12, qk_nope_head_dim=8,
-                                        qk_rope_head_dim=4, v_head_dim=8, rope_interleave=True)
-    with pytest.raises(ValueError, match="rope_interleave = True is not supported"):
+    shape = dict(hidden_size=32, num_attention_heads=4, num_key_value_heads=4, num_hidden_layers=1,
+                 q_lora_rank=None, kv_lora_rank=12, qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=8)
+    cfg = transformers.DeepseekV3Config(**shape, attention_bias=True)
+    with pytest.raises(ValueError, match="attention_bias = True is not supported"):
+        from_hf(DeepseekV3Attention(cfg, 0))
+    cfg = transformers.DeepseekV3Config(**shape, rope_scaling={"rope_type": "yarn", "factor": 4.0,
+                                                               "original_max_position_embeddings": 64})
+    with pytest.raises(ValueError, match="rope_type = 'yarn' is not supported"):
         from_hf(DeepseekV3Attention(cfg, 0))
