@@ -101,7 +101,12 @@ def _expanded_size(node: Node, source: str, sizes: dict[int, int], open_: set[in
 def load_yaml(text: str, *, source: str) -> Any:
     """The value of the YAML document ``text`` (None for an empty one); ``source`` (a file path, ``--set
     KEY``) names it in errors. Raises YAMLInputError (see the module docstring)."""
-    loader = _Loader(text, source)
+    try:
+        loader = _Loader(text, source)  # the reader refuses control characters here
+    except yaml.reader.ReaderError as err:
+        line = text.count("\n", 0, err.position) + 1
+        raise YAMLInputError(f"{source}, line {line}: character {chr(err.character)!r} is not allowed in YAML text "
+                             f"({err.reason}); a YAML file is printable text, not a binary file") from None
     try:
         node = loader.get_single_node()
         if node is None:

@@ -342,3 +342,168 @@ def test_the_model_refuses_bad_ids_and_runs_an_empty_batch():
     with torch.no_grad():
         logits = model(torch.zeros(0, 6, dtype=torch.long)).logits
     assert logits.shape == (0, 6, 32)
+
+
+# ============================================================================= the newer surfaces (issue 35)
+# distill, rl, probes, experiments, data files and YAML configs, each bad input given to the command line
+# in-process (``cli_main(argv)``); every case must exit 2 with a message naming the field, flag, file or line,
+# and nothing may escape as an exception (a traceback from the console script).
+def _refused(argv: list[str], *named: str, code: int = 2) -> str:
+    """Run ``assocmem ARGV`` in this process: it must exit ``code`` (returned or raised) with stderr naming
+    every string of ``named``; returns stderr."""
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            rc = cli_main(argv)
+        except SystemExit as exit_:
+            rc = exit_.code
+    message = err.getvalue()
+    assert rc == code, f"exit {rc!r} for {argv}: {message}"
+    assert "Traceback" not in message, message
+    missing = [n for n in named if n not in message]
+    assert not missing, f"{missing} not named in: {message}"
+    return message
+
+
+def _yaml_word(value: Any) -> str:
+    """``value`` as the YAML text of one ``--set`` value."""
+    import yaml
+
+    return yaml.safe_dump(value, default_flow_style=True).removesuffix("\n...\n").strip()
+
+
+def _write_yaml(path, data: dict):
+    import yaml
+
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+RL_BASE = {"name": "fuzz-rl", "model": {"hybrid": {"d_model": 16, "layers": "gdn", "num_heads": 2, "mlp_ratio": 0}},
+           "data": {"kind": "chain_sum", "num_digits": 2, "num_train": 8, "num_eval": 4}, "train": {"steps": 1}}
+STAGE = {"train": {"steps": 1, "batch_size": 2}}
+DISTILL_BASE = {"name": "fuzz-distill", "teacher": "teacher", "student": {"replace": [0]},
+                "data": {"kind": "chain_sum", "num_digits": 2, "num_train": 8, "num_eval": 4},
+                "stage2": STAGE, "stage3": STAGE, "stage4": STAGE}
+SEED_VALUES = [-1, 2**32, 1.5, "abc"]
+
+
+def _rl_cases() -> list[tuple[str, str, Any]]:
+    from assocmem.training.rl.config import LossConfig, Mastered, RLLoopConfig, RolloutConfig
+
+    return (field_cases(RolloutConfig, "rollout") + field_cases(LossConfig, "loss")
+            + field_cases(RLLoopConfig, "train") + field_cases(Mastered, "rollout.mastered")
+            + field_cases(OptimConfig, "optim") + [("seed", "seed", v) for v in SEED_VALUES])
+
+
+def _distill_cases() -> list[tuple[str, str, Any]]:
+    from assocmem.training.distill.config import AlignStage, KDStage, StudentConfig
+
+    own = lambda model, prefix: [c for c in field_cases(model, prefix) if c[1] not in ("optim", "train")]  # noqa: E731
+    return (own(StudentConfig, "student") + own(AlignStage, "stage2") + own(KDStage, "stage3")
+            + field_cases(TrainLoopConfig, "stage2.train") + field_cases(OptimConfig, "stage3.optim")
+            + [("seed", "seed", v) for v in SEED_VALUES])
+
+
+def _train_seed_cases() -> list[tuple[str, str, Any]]:
+    """Every seed of a training config: the loop's and the data's (numpy refuses a negative one, or one from 2**32)."""
+    return [(key, key.rpartition(".")[2], v) for key in ("seed", "data.seed", "data.eval_seed") for v in SEED_VALUES]
+
+
+RL_CASES = _rl_cases()
+TRAIN_SEED_CASES = _train_seed_cases()
+DISTILL_CASES = _distill_cases()
+
+
+@pytest.mark.parametrize("key,name,value", RL_CASES, ids=_ids(RL_CASES))
+def test_rl_refuses_a_bad_set_value_naming_the_field(tmp_path, key, name, value):
+    config = _write_yaml(tmp_path / "rl.yaml", {**RL_BASE, "output_dir": str(tmp_path / "runs")})
+    _refused(["rl", str(config), "--set", f"{key}={_yaml_word(value)}", "--print-config"], key)
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("key,name,value", DISTILL_CASES, ids=_ids(DISTILL_CASES))
+def test_distill_refuses_a_bad_set_value_naming_the_field(tmp_path, key, name, value):
+    config = _write_yaml(tmp_path / "d.yaml", {**DISTILL_BASE, "output_dir": str(tmp_path / "runs")})
+    _refused(["distill", str(config), "--set", f"{key}={_yaml_word(value)}", "--print-config"], key)
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("key,name,value", TRAIN_SEED_CASES, ids=_ids(TRAIN_SEED_CASES))
+def test_train_refuses_a_seed_numpy_cannot_take_naming_it(tmp_path, key, name, value):
+    """Before: -1 or 2**32 passed validation and failed in the loop with numpy's "Seed must be between 0 and
+    2**32 - 1", naming no seed."""
+    config = _write_yaml(tmp_path / "t.yaml", {**BASE_TRAIN, "output_dir": str(tmp_path / "runs")})
+    _refused(["train", str(config), "--set", f"{key}={_yaml_word(value)}", "--print-config"], name)
+    assert not (tmp_path / "runs").exists()
+
+
+# YAML that is refused whatever the config: (label, text of the file or of a --set value, what the message names)
+BAD_YAML = [
+    ("duplicate-key", "seed: 0\nseed: 1\n", "appears twice"),
+    ("python-tag", "seed: !!python/object/apply:os.system ['true']\n", "tag"),
+    ("custom-tag", "seed: !include other.yaml\n", "tag"),
+    ("alias-bomb", "a: &a [x, x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
+                   "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]\n"
+                   "e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]\nf: [*e, *e, *e, *e, *e, *e, *e, *e, *e, *e]\n",
+     "alias"),
+    ("deep", "a: " + "[" * 200 + "]" * 200 + "\n", "deeper"),
+    ("syntax", "seed: [0\n", "line"),
+    ("unclosed-quote", "name: 'fuzz\n", "line"),
+    ("tab-indent", "train:\n\tsteps: 1\n", "line"),
+    ("list", "- 1\n- 2\n", "mapping"),
+    ("scalar", "just text\n", "mapping"),
+    ("empty", "", "mapping"),
+]
+CONFIG_COMMANDS = ["train", "rl", "distill"]
+YAML_FILE_CASES = [(command, *case) for command in CONFIG_COMMANDS for case in BAD_YAML]
+
+
+@pytest.mark.parametrize("command,label,text,what", YAML_FILE_CASES,
+                         ids=[f"{c}-{label}" for c, label, _, _ in YAML_FILE_CASES])
+def test_a_bad_yaml_config_file_is_refused_naming_the_file(tmp_path, command, label, text, what):
+    config = tmp_path / "c.yaml"
+    config.write_text(text)
+    _refused([command, str(config)], str(config), what)
+
+
+BINARY_CONFIGS = [("nul", b"seed: 0\n\x00\x01\x02"), ("latin-1", "name: caf\xe9\n".encode("latin-1")),
+                  ("utf-16", "seed: 0\n".encode("utf-16"))]
+BINARY_CONFIG_CASES = [(command, label, data) for command in CONFIG_COMMANDS for label, data in BINARY_CONFIGS]
+
+
+@pytest.mark.parametrize("command,label,data", BINARY_CONFIG_CASES,
+                         ids=[f"{c}-{label}" for c, label, _ in BINARY_CONFIG_CASES])
+def test_a_config_file_that_is_not_utf8_text_is_refused_naming_it(tmp_path, command, label, data):
+    config = tmp_path / "c.yaml"
+    config.write_bytes(data)
+    _refused([command, str(config)], str(config))
+
+
+BAD_SET_TEXT = [("syntax", "[1, 2", "line"), ("mapping-syntax", "{a: 1", "line"),
+                ("python-tag", "!!python/name:os.system", "tag"), ("custom-tag", "!env HOME", "tag"),
+                ("undefined-alias", "*nowhere", "alias"), ("nested-mapping", "a: b: c", "line"),
+                ("recursive-alias", "&a [*a]", "alias")]
+SET_CASES = [(command, *case) for command in CONFIG_COMMANDS for case in BAD_SET_TEXT]
+SET_BASES = {"train": BASE_TRAIN, "rl": RL_BASE, "distill": DISTILL_BASE}
+
+
+@pytest.mark.parametrize("command,label,text,what", SET_CASES, ids=[f"{c}-{label}" for c, label, _, _ in SET_CASES])
+def test_a_set_value_that_is_bad_yaml_is_refused_naming_the_key(tmp_path, command, label, text, what):
+    config = _write_yaml(tmp_path / "c.yaml", {**SET_BASES[command], "output_dir": str(tmp_path / "runs")})
+    _refused([command, str(config), "--set", f"seed={text}", "--print-config"], "--set seed", what)
+    assert not (tmp_path / "runs").exists()
+
+
+BAD_SET_KEYS = [("no-equals", "seed", "key=value"), ("empty-key", "=1", "empty key"),
+                ("bad-index", "model.hybrid.layers[x]=1", "layers[x]"), ("unknown", "nonsense=1", "nonsense"),
+                ("through-a-value", "seed.deeper=1", "seed")]
+SET_KEY_CASES = [(command, *case) for command in CONFIG_COMMANDS for case in BAD_SET_KEYS]
+
+
+@pytest.mark.parametrize("command,label,item,what", SET_KEY_CASES,
+                         ids=[f"{c}-{label}" for c, label, _, _ in SET_KEY_CASES])
+def test_a_bad_set_key_is_refused_naming_it(tmp_path, command, label, item, what):
+    config = _write_yaml(tmp_path / "c.yaml", {**SET_BASES[command], "output_dir": str(tmp_path / "runs")})
+    _refused([command, str(config), "--set", item, "--print-config"], what)
+    assert not (tmp_path / "runs").exists()

@@ -38,6 +38,9 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
+# a seed: numpy's range (np.random.seed takes 0 .. 2**32 - 1; default_rng refuses a negative one)
+Seed = Annotated[int, Field(ge=0, lt=2**32)]
+
 # a run name is one path component: the run folder <output_dir>/<name> is a direct child of output_dir
 RUN_NAME_RULE = "letters, digits and . _ - + = , @, not starting with '.' or '-', at most 200 characters"
 _RUN_NAME = re.compile(r"^[A-Za-z0-9_+=,@][A-Za-z0-9._+=,@-]{0,199}$")
@@ -127,8 +130,8 @@ def check_vocab(model_vocab: int, data_vocab: int | None) -> None:
 class _DataBase(_Strict):
     num_train: int = Field(10_000, gt=0, description="training sequences generated")
     num_eval: int = Field(500, ge=0, description="evaluation sequences generated (0 = no evaluation)")
-    seed: int = Field(0, description="seed of the training set")
-    eval_seed: int = Field(1, description="seed of the evaluation set (must differ from seed)")
+    seed: Seed = Field(0, description="seed of the training set")
+    eval_seed: Seed = Field(1, description="seed of the evaluation set (must differ from seed)")
 
     @model_validator(mode="after")
     def _distinct_seeds(self):
@@ -425,7 +428,7 @@ class TrainConfig(_Strict):
     name: str | None = Field(None, description="run name; the run folder is <output_dir>/<name> "
                              f"(default: the config file's stem); {RUN_NAME_RULE}")
     output_dir: str = Field("runs", description="parent folder of run folders")
-    seed: int = Field(0, description="seed of model init and everything random in the loop")
+    seed: Seed = Field(0, description="seed of model init and everything random in the loop")
     model: ModelConfig = Field(description="the network")
     data: DataConfig = Field(description="the data; kind = mqar | graph_walk | selective_copy | chain_sum | "
                              "graph_path | modular | needle | files | problems | mixture")

@@ -21,7 +21,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from ..config import ConfigError, DataConfig, OptimConfig, TrainLoopConfig, check_run_name
+from ..config import ConfigError, DataConfig, OptimConfig, Seed, TrainLoopConfig, check_run_name
 from ..config_files import read_config_mapping
 
 
@@ -135,7 +135,7 @@ class DistillConfig(_Strict):
 
     name: str = Field(description="the distillation's folder <output_dir>/<name> (holds stage1 ... stage4)")
     output_dir: str = Field("runs", description="parent folder")
-    seed: int = Field(0, description="seed of the new mixer parameters (stage 1) and of every stage's loop")
+    seed: Seed = Field(0, description="seed of the new mixer parameters (stage 1) and of every stage's loop")
     teacher: str | RandomTeacher = Field(
         description="local transformers Llama / Qwen2 / Qwen3 folder, a run folder (its final/) or a Hugging Face Hub "
         "id; or {hf_config: {...}}, a random teacher of that config (smoke runs)")

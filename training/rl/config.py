@@ -21,7 +21,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..config import (ChainSumData, ConfigError, GraphPathData, ModelConfig, ModularData, NeedleData, OptimConfig,
-                      ProblemsData, check_run_name)
+                      ProblemsData, Seed, check_run_name)
 from ..config_files import read_config_mapping
 from ..verifiable.verifiers import VerifierSpec
 
@@ -146,7 +146,7 @@ class RLConfig(_Strict):
 
     name: str | None = Field(None, description="run name; the run folder is <output_dir>/<name> (default: file stem)")
     output_dir: str = Field("runs", description="parent folder of run folders")
-    seed: int = Field(0, ge=0, description="seed of sampling and of everything random in the loop")
+    seed: Seed = Field(0, description="seed of sampling and of everything random in the loop")
     model: ModelConfig = Field(description="the policy (usually init_from the SFT run)")
     reference: str | None = Field(None, description="save_pretrained or run folder of the frozen KL reference "
                                   "(null: model.init_from, or the initial policy)")
