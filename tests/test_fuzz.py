@@ -507,3 +507,99 @@ def test_a_bad_set_key_is_refused_naming_it(tmp_path, command, label, item, what
     config = _write_yaml(tmp_path / "c.yaml", {**SET_BASES[command], "output_dir": str(tmp_path / "runs")})
     _refused([command, str(config), "--set", item, "--print-config"], what)
     assert not (tmp_path / "runs").exists()
+
+
+# ----------------------------------------------------------------------------- experiments
+def _experiment_parsers() -> dict[str, argparse.ArgumentParser]:
+    experiment = next(a for a in build_parser("experiment")._actions if isinstance(a, argparse._SubParsersAction))
+    group = experiment.choices["experiment"]
+    return next(a for a in group._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+
+EXPERIMENTS = _experiment_parsers()
+
+
+def test_every_number_an_experiment_takes_is_typed_and_range_checked():
+    """The command-line cases above reach every experiment flag that takes a number (before: --epochs 0,
+    --eval-every 0 (ZeroDivisionError), --jobs 0, --patience 0 (stopped at the first evaluation), --threads 0
+    (silently the config's) and --seeds -1 were accepted by a plain int)."""
+    untyped = [f"{name} {a.option_strings[-1]}" for name, p in EXPERIMENTS.items() for a in p._actions
+               if a.option_strings and a.type in (int, float)]
+    assert not untyped, untyped
+    covered = {p[1] for p, _, _ in CLI_CASES if p[0] == "experiment"}
+    assert covered == set(EXPERIMENTS), set(EXPERIMENTS) - covered
+
+
+CHOICE_CASES = [(name, a.option_strings[-1]) for name, p in EXPERIMENTS.items() for a in p._actions
+                if a.option_strings and a.choices]
+
+
+@pytest.mark.parametrize("name,flag", CHOICE_CASES, ids=[f"{n} {f}" for n, f in CHOICE_CASES])
+def test_an_experiment_refuses_a_value_that_is_not_a_choice(tmp_path, name, flag):
+    _refused(["experiment", name, flag, "not-a-choice", "--out", str(tmp_path / "o")], f"argument {flag}",
+             "invalid choice")
+    assert not (tmp_path / "o").exists()
+
+
+def _frame_cases(tmp_path) -> dict[str, tuple[list[str], tuple[str, ...]]]:
+    """What every experiment refuses before any work: label -> (flags, what the message names)."""
+    (tmp_path / "file").write_text("")
+    return {"repeated-seeds": (["--seeds", "3", "1", "3"], ("--seeds", "[3] given more than once")),
+            "result-is-a-folder": (["--result", str(tmp_path)], ("--result", "is a folder")),
+            "result-through-a-file": (["--result", str(tmp_path / "file" / "r.json")], ("--result", "is a file")),
+            "result-exists": (["--result", str(tmp_path / "file")], ("--result", "exists")),
+            "no-out": ([], ("--out",))}
+
+
+FRAME_CASES = [(name, label) for name in EXPERIMENTS for label in
+               ("repeated-seeds", "result-is-a-folder", "result-through-a-file", "result-exists", "no-out")]
+
+
+@pytest.mark.parametrize("name,label", FRAME_CASES, ids=[f"{n}-{label}" for n, label in FRAME_CASES])
+def test_an_experiment_refuses_seeds_and_result_paths_before_any_work(tmp_path, name, label):
+    """Before: a --result through a file failed after the runs with a NotADirectoryError traceback."""
+    flags, named = _frame_cases(tmp_path)[label]
+    out = [] if label == "no-out" else ["--out", str(tmp_path / "o")]
+    _refused(["experiment", name, *flags, *out], *named)
+    assert not (tmp_path / "o").exists()
+
+
+def _experiment_inputs(tmp_path, write: bool = True) -> dict[str, tuple[list[str], tuple[str, ...]]]:
+    """Bad files and settings each experiment reads before its runs: label -> (argv tail, what is named)."""
+    files = {"empty.txt": b"", "binary.txt": b"ab\x00\x01", "latin1.txt": "caf\xe9\n".encode("latin-1"),
+             "bad.yaml": b"d_model: [\n", "negative.yaml": b"d_model: -3\n", "list.yaml": b"- 1\n",
+             "unknown.yaml": b"no_such_field: 1\n", "bad.json": b'{"mu":', "tag.yaml": b"steps: !!python/none\n"}
+    for name, data in files.items() if write else ():
+        (tmp_path / name).write_bytes(data)
+    t = lambda name: f"{tmp_path}/{name}"  # noqa: E731
+    return {
+        "leak-text-missing": (["leak", "--text", t("missing.txt")], ("--text", "missing.txt")),
+        "leak-text-empty": (["leak", "--text", t("empty.txt")], (t("empty.txt"), "empty")),
+        "leak-text-binary": (["leak", "--text", t("binary.txt")], (t("binary.txt"), "line 1")),
+        "leak-text-latin1": (["leak", "--text", t("latin1.txt")], (t("latin1.txt"), "UTF-8")),
+        "leak-procedural-chars-few": (["leak", "--procedural-chars", "100"], ("--procedural-chars", "1024")),
+        "hybrid-config-missing": (["hybrid", "--config", t("missing.yaml")], ("--config", "missing.yaml")),
+        "hybrid-config-syntax": (["hybrid", "--config", t("bad.yaml")], (t("bad.yaml"), "line")),
+        "hybrid-config-negative": (["hybrid", "--config", t("negative.yaml")], ("d_model", "greater than 0")),
+        "hybrid-config-list": (["hybrid", "--config", t("list.yaml")], (t("list.yaml"), "mapping")),
+        "hybrid-config-unknown": (["hybrid", "--config", t("unknown.yaml")], ("no_such_field",)),
+        "hybrid-config-tag": (["hybrid", "--config", t("tag.yaml")], (t("tag.yaml"), "tag")),
+        "wiola-claims-mu-missing": (["wiola-claims", "--mu-from", t("missing.json")], ("missing.json",)),
+        "wiola-claims-mu-malformed": (["wiola-claims", "--mu-from", t("bad.json")], (t("bad.json"),)),
+        "wiola-claims-mu-empty": (["wiola-claims", "--mu-from", t("empty.txt")], (t("empty.txt"),)),
+        "grokking-modes-beyond-p": (["grokking", "--p", "7", "--variants", "pfft_wrong_high"],
+                                    ("--p 7 --variants pfft_wrong_high", "0..3")),
+        "grokking-p-1": (["grokking", "--p", "1", "--variants", "baseline"], ("--p 1", "p")),
+        "grokking-epochs-within-warmup": (["grokking", "--epochs", "5"], ("--epochs 5", "warm-up")),
+        "rl-beta-with-self-distillation": (["rl", "--beta", "0.1"], ("self-distillation", "--methods")),
+    }
+
+
+EXPERIMENT_INPUT_CASES = list(_experiment_inputs(None, write=False))
+
+
+@pytest.mark.parametrize("label", EXPERIMENT_INPUT_CASES)
+def test_an_experiment_refuses_a_bad_input_file_or_setting_naming_it(tmp_path, label):
+    """Before: a bad --text failed in the worker processes after the output folder was made (40 s each)."""
+    argv, named = _experiment_inputs(tmp_path)[label]
+    _refused(["experiment", *argv, "--out", str(tmp_path / "o")], *named)

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from assocmem.cli.types import positive_int, seed_int
 from assocmem.training.progress import Progress, progress, progress_line
@@ -141,8 +141,8 @@ class Experiment:
             raise ValueError(f"--seeds: {twice} given more than once; each seed runs once (into <out>/seed_<s>)")
         current_versions()  # read now: the code this process runs, whatever is committed while it runs
         settings = self.settings(args)
-        if args.result and Path(args.result).exists() and not args.overwrite:
-            raise FileExistsError(f"--result {args.result} exists; pass --overwrite to replace it")
+        if args.result:
+            check_result_path(Path(args.result), args.overwrite)
         out = prepare_out(args.out, args.overwrite)
         start = time.perf_counter()
         progress_line(f"experiment {self.name}")(f"seeds {list(args.seeds)} into {out} ...")  # from the first second
@@ -159,12 +159,29 @@ class Experiment:
         return 0
 
 
+def check_result_path(path: Path, overwrite: bool) -> None:
+    """Refuse, before any work, a --result the record could not be written to once the runs are done: an
+    existing file (unless ``overwrite``), a folder, or a path through a file."""
+    if path.is_dir():
+        raise ValueError(f"--result {path} is a folder; give the path of a .json file")
+    if path.exists() and not overwrite:
+        raise FileExistsError(f"--result {path} exists; pass --overwrite to replace it")
+    blocking = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
+    if blocking is not None:
+        raise ValueError(f"--result {path}: {blocking} is a file, not a folder, so the record cannot be written there")
+
+
 def config_from_flags(config_type, args: argparse.Namespace, updates: dict | None = None):
     """``config_type.quick()`` with --quick, else ``config_type()``, updated by the experiment's own flags
     and --threads (a bad value is refused by the config, naming the field)."""
     cfg = config_type.quick() if args.quick else config_type()
     threads = {"threads": args.threads} if getattr(args, "threads", None) else {}
-    return cfg.model_validate({**cfg.model_dump(), **(updates or {}), **threads})
+    try:
+        return cfg.model_validate({**cfg.model_dump(), **(updates or {}), **threads})
+    except ValidationError as err:  # one line per field, without pydantic's input dump and links
+        lines = [f"  {'.'.join(map(str, e['loc'])) or '(settings)'}: {e['msg'].removeprefix('Value error, ')}"
+                 for e in err.errors()]
+        raise ValueError(f"invalid settings ({config_type.__name__}):\n" + "\n".join(lines)) from None
 
 
 # ---------------------------------------------------------------- what the runs share

@@ -30,6 +30,8 @@ import json
 import time
 from pathlib import Path
 
+from assocmem.cli.types import positive_int
+
 from .frame import Experiment, Outcome, run_jobs, save_outputs, spread
 
 VARIANTS: dict[str, list[dict]] = {
@@ -237,12 +239,33 @@ def save_curves(records: list[dict], path: Path) -> Path:
 
 # ---------------------------------------------------------------- command line
 def add_flags(flags) -> None:
-    flags.add("--p", type=int, nargs="+", default=[97, 113], help="moduli (default 97 113)")
+    flags.add("--p", type=positive_int, nargs="+", default=[97, 113], help="moduli (default 97 113)")
     flags.add("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS),
               help="variants (default all; pfft_spread5_p113 runs at p = 113 only)")
-    flags.add("--epochs", type=int, default=3000, help="full-batch epochs per run at most (default 3000)")
-    flags.add("--eval-every", type=int, default=10, help="held-out evaluation every N epochs (default 10)")
-    flags.add("--patience", type=int, default=5, help="stop once held-out accuracy >= 0.99 for N evaluations")
+    flags.add("--epochs", type=positive_int, default=3000, help="full-batch epochs per run at most (default 3000)")
+    flags.add("--eval-every", type=positive_int, default=10, help="held-out evaluation every N epochs (default 10)")
+    flags.add("--patience", type=positive_int, default=5, help="stop once held-out accuracy >= 0.99 for N evaluations")
+
+
+def check_runs(args) -> None:
+    """Before any work, every (p, variant) run's settings: its config validates, its warm-up fits in --epochs
+    (one full-batch step per epoch) and its PFFT modes are frequencies of p; the error names the flags."""
+    from assocmem.training.config import config_from_dict
+    from assocmem.training.fourier import check_modes
+    from assocmem.training.grad_transforms import prescription_modes
+
+    for p, variant in runs_for(args.p, args.variants):
+        cfg = nanda_config(p, 0, variant, args.epochs, Path("runs") / "check")
+        try:
+            config_from_dict(cfg)
+            for t in VARIANTS[variant]:
+                if t["kind"] == "pfft":
+                    check_modes(prescription_modes(t["prescription"], p), p)
+        except ValueError as err:
+            raise ValueError(f"--p {p} --variants {variant}: {err}") from None
+        if cfg["optim"]["warmup_steps"] > args.epochs:
+            raise ValueError(f"--epochs {args.epochs} is shorter than the {cfg['optim']['warmup_steps']} warm-up "
+                             f"epochs of every run (one full-batch step per epoch)")
 
 
 def run(_, args, out: Path) -> Outcome:
@@ -263,7 +286,7 @@ def run(_, args, out: Path) -> Outcome:
 
 EXPERIMENT = Experiment("grokking", help="seed 003 §5: PFFT / FGP / GrokFast on Nanda et al.'s grokking setup, "
                         "epochs-to-grokking beside the paper's", doc=__doc__, run=run, flags=add_flags,
-                        seeds=(0, 1, 2), quick=False, jobs=2)
+                        settings=check_runs, seeds=(0, 1, 2), quick=False, jobs=2)
 
 
 def _seed_metrics(records: list[dict], seed: int, epochs: int) -> dict[str, float | None]:

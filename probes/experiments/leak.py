@@ -32,7 +32,7 @@ import math
 import time
 from pathlib import Path
 
-from assocmem.cli.types import seed_int
+from assocmem.cli.types import positive_int, seed_int
 
 from .frame import Experiment, Outcome, run_jobs, save_outputs, spread
 
@@ -231,12 +231,12 @@ def add_flags(flags) -> None:
     source = flags.parser.add_mutually_exclusive_group()
     flags.add("--text", group=source, help="a local text file (byte-level; the last 10 %% of blocks held out); "
               "default: the procedural text of textgen.py")
-    flags.add("--procedural-chars", group=source, type=int, default=51_200,
+    flags.add("--procedural-chars", group=source, type=positive_int, default=51_200,
               help="characters of procedural text when no --text is given (default 51200)")
     flags.add("--text-seed", type=seed_int, default=0, help="seed of the procedural text, 0 to 2**32 - 1 (default 0)")
     flags.add("--models", nargs="+", default=list(MODELS), choices=list(MODELS), help="models")
-    flags.add("--epochs", type=int, default=20, help="passes over the training blocks (default 20)")
-    flags.add("--cuts", type=int, default=4, help="control cut positions per held-out block (default 4)")
+    flags.add("--epochs", type=positive_int, default=20, help="passes over the training blocks (default 20)")
+    flags.add("--cuts", type=positive_int, default=4, help="control cut positions per held-out block (default 4)")
 
 
 def text_file(args, out: Path) -> tuple[Path, dict]:
@@ -263,8 +263,13 @@ def text_file(args, out: Path) -> tuple[Path, dict]:
 
 
 def check_text(args) -> None:
+    """--text before any work: a file the runs' data reader takes (not empty, UTF-8 text; named with its line)."""
+    from assocmem.training.text_files import check_data_file
+
     if args.text is not None and not Path(args.text).is_file():
         raise FileNotFoundError(f"--text {args.text} is not a file")
+    if args.text is not None:
+        check_data_file(Path(args.text), "text")
 
 
 def run(_, args, out: Path) -> Outcome:

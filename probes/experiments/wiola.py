@@ -31,6 +31,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from assocmem.cli.types import positive_int
+
 from .frame import Experiment, Outcome, config_from_flags, run_jobs
 
 VARIANTS = ("baseline", "wiola", "wiola_as_written")
@@ -233,7 +235,7 @@ def markdown_table(summary: dict) -> str:
 
 
 def add_flags(flags) -> None:
-    flags.add("--steps", type=int, default=None, help="override the optimizer steps per model")
+    flags.add("--steps", type=positive_int, default=None, help="override the optimizer steps per model")
 
 
 def config(args) -> WiolaExperimentConfig:
