@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .types import finite_float, non_negative_float, non_negative_int, positive_float, positive_int, seed_int
+from .types import finite_float, non_negative_float, non_negative_int, positive_int, probability, seed_int
 
 
 def add_parsers(sub) -> list[argparse.ArgumentParser]:
@@ -114,7 +114,7 @@ def _tts_parser(sub) -> argparse.ArgumentParser:
     t.add_argument("--samples", type=positive_int, default=16, help="n, completions per problem (default 16)")
     t.add_argument("--ks", type=positive_int, nargs="+", help="k values (default 1, 2, 4, ... n)")
     t.add_argument("--temperature", type=non_negative_float, default=1.0, help="sampling temperature (default 1; 0 = greedy)")
-    t.add_argument("--top-p", type=positive_float, default=1.0, help="nucleus mass (default 1 = off)")
+    t.add_argument("--top-p", type=probability, default=1.0, help="nucleus mass (default 1 = off)")
     t.add_argument("--max-new-tokens", type=positive_int, help="longest response (default: the task's)")
     t.add_argument("--batch-size", type=positive_int, default=128, help="sequences per generate() call (default 128)")
     t.add_argument("--rule", default=None, choices=["first", "last", "strict"],
@@ -131,6 +131,9 @@ def _tts_problems(args, model):
     from assocmem.training.verifiable import Modular, TextAnswers, VerifiableTask, get_task
 
     n = args.num_problems
+    if args.task_param and not args.task:
+        raise ValueError(f"--task-param {args.task_param[0]} sets a parameter of --task, which is not given (a run "
+                         f"folder's own task keeps the parameters it was trained with); add --task NAME")
     if args.problems_file:
         task = TextAnswers(args.problems_file, tokenizer=load_tokenizer(args.tokenizer), prompt_field=args.prompt_field,
                            answer_field=args.answer_field, prompt_template=args.prompt_template,
@@ -256,7 +259,7 @@ def _niah_parser(sub) -> argparse.ArgumentParser:
 
 
 def _niah_source(args):
-    from assocmem.training.text_files import load_tokenizer
+    from assocmem.training.text_files import check_data_file, load_tokenizer
     from assocmem.training.verifiable import Needle, get_task
 
     from assocmem.probes.niah import TextNeedle
@@ -264,6 +267,9 @@ def _niah_source(args):
     data = _run_data(args.model)
     train_length = args.train_length or (getattr(data, "seq_len", None) if data is not None else None)
     if args.text:
+        if not Path(args.text).is_file():
+            raise ValueError(f"--text {args.text} is not a file")
+        check_data_file(Path(args.text), "text")  # empty, binary or not UTF-8: named with its line
         return TextNeedle(args.text, load_tokenizer(args.tokenizer)), train_length
     if isinstance(data, Needle) and not args.task_param:
         return data, train_length

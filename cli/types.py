@@ -7,6 +7,7 @@ which names the flag: ``argument --seq-len: must be an integer >= 1, got '-5'``,
     positive_float     a finite real number > 0
     non_negative_float a finite real number >= 0
     seed_int           a seed: an integer from 0 to 2**32 - 1 (numpy's range)
+    probability        a number in (0, 1] (a nucleus mass)
 
 Plain stdlib, so a parser that uses them stays cheap to build.
 """
@@ -15,7 +16,8 @@ from __future__ import annotations
 import argparse
 import math
 
-__all__ = ["positive_int", "non_negative_int", "finite_float", "positive_float", "non_negative_float", "seed_int"]
+__all__ = ["positive_int", "non_negative_int", "finite_float", "positive_float", "non_negative_float", "seed_int",
+           "probability"]
 SEED_LIMIT = 2**32
 
 
@@ -55,6 +57,14 @@ def positive_float(text: str) -> float:
     value = finite_float(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
+    return value
+
+
+def probability(text: str) -> float:
+    """A number in (0, 1]."""
+    value = finite_float(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be a number in (0, 1], got {text!r}")
     return value
 
 

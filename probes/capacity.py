@@ -161,12 +161,18 @@ def memory_capacity(
     gen = torch.Generator().manual_seed(seed)
     raw, scaled = [], []
     for N in num_pairs:
-        if isinstance(mem, Spectral):
-            r, v = _spectral_capacity(lowered.fn, N, V, M, trials, gen, dtype)
-        elif isinstance(mem, NonParametric):
-            r, v = _nonparametric_capacity(lowered.fn, N, K, V, trials, nw_scale or float(K), gen, dtype)
-        else:
-            r, v = _matrix_capacity(spec, lowered.fn, N, K, V, trials, write_strength, gen, dtype)
+        try:
+            if isinstance(mem, Spectral):
+                r, v = _spectral_capacity(lowered.fn, N, V, M, trials, gen, dtype)
+            elif isinstance(mem, NonParametric):
+                r, v = _nonparametric_capacity(lowered.fn, N, K, V, trials, nw_scale or float(K), gen, dtype)
+            else:
+                r, v = _matrix_capacity(spec, lowered.fn, N, K, V, trials, write_strength, gen, dtype)
+        except (MemoryError, RuntimeError) as err:  # torch's failed allocation is a RuntimeError
+            if not isinstance(err, MemoryError) and "allocate" not in str(err):
+                raise
+            raise ValueError(f"num_pairs {N} x trials {trials} x (key_dim {K} + value_dim {V}) float64 values do not "
+                             f"fit in memory; use fewer pairs or trials") from None
         a, b = _errors(r, v)
         raw.append(a)
         scaled.append(b)

@@ -184,10 +184,14 @@ def run_command(fn: Callable[[argparse.Namespace], object], args: argparse.Names
                 errors: tuple[type[Exception], ...] = USER_ERRORS) -> int:
     """Run ``fn(args)`` for `assocmem probe <args.probe>`: print what it returns (the output folder)
     and return 0, or print a user error (one of ``errors``) as "assocmem probe NAME: why" on stderr
-    and return 2. Any other exception is a bug and propagates with its traceback."""
+    and return 2, leaving nothing behind: an output folder this call created is removed (the corrected
+    command then runs without --overwrite). Any other exception is a bug and propagates with its traceback."""
+    made = Path(args.out) if getattr(args, "out", None) and not Path(args.out).exists() else None
     try:
         out = fn(args)
     except errors as err:
+        if made is not None and made.is_dir():
+            shutil.rmtree(made)
         print(f"assocmem probe {args.probe}: {err}", file=sys.stderr)
         return 2
     print(out)

@@ -159,6 +159,10 @@ def _model_and_data(args):
         seed_everything(cfg.seed)
         model = build_from_config(cfg.model, vocab_size=data_vocab_size(cfg.data)).eval()
         return model, cfg.data.model_dump(mode="json"), {"model": str(ref), "trained": False, "seed": cfg.seed}
+    others = [o for o in args.overrides if not o.strip().startswith("data.")]
+    if others:
+        raise ValueError(f"--set {others[0]}: for a saved model only its data can be set (--set data.KEY=VALUE); "
+                         f"the other fields are set in a TrainConfig YAML given as MODEL")
     model, info = load_model(args.model)
     data = None
     if (ref / "config.yaml").is_file():
@@ -181,8 +185,10 @@ def _data(section: dict | None, args):
     section = apply_overrides({"data": section}, [o for o in args.overrides if o.startswith("data.")])["data"]
     try:
         data_cfg = TypeAdapter(DataConfig).validate_python(section)
-    except ValidationError as err:
-        raise ConfigError(f"invalid data section: {err.errors()[0]['loc']}: {err.errors()[0]['msg']}") from None
+    except ValidationError as err:  # the location starts with the data kind (the union's tag): data.<field>
+        first = err.errors()[0]
+        where = ".".join(["data", *map(str, first["loc"][1:] or first["loc"])])
+        raise ConfigError(f"invalid data section: {where}: {first['msg']}") from None
     train, held_out, vocab = build_datasets(data_cfg)
     if isinstance(train, Mixture):  # the first stage's blocks, every source
         train = train.stage_dataset(0)

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ValidationError
 from assocmem.memories import GD, Huber, Implicit, Lp, Momentum, Proximal, RetainThenGD, Spectral
 from assocmem.mixers import MixerSpec, get_preset, list_presets
 from assocmem.cli.types import (finite_float, non_negative_float, non_negative_int, positive_float,
-                                       positive_int, seed_int)
+                                       positive_int, probability, seed_int)
 from assocmem.mixers.layer import build_mixer
 from assocmem.mixers.ops import attention, delta, hebbian
 from assocmem.mixers.spec import AttentionOptions, LayerOptions, SCAOptions
@@ -182,7 +182,8 @@ def test_derive_on_invalid_yaml_exits_with_a_message(tmp_path):
 # ----------------------------------------------------------------------------- command line
 BAD_TEXT = {positive_int: ["0", "-5", "1.5", "abc"], non_negative_int: ["-1", "x"],
             finite_float: ["nan", "inf"], positive_float: ["0", "-1e-3", "nan", "-inf"],
-            non_negative_float: ["-0.5", "nan"], seed_int: ["-1", str(2**32), "1e3"]}
+            non_negative_float: ["-0.5", "nan"], seed_int: ["-1", str(2**32), "1e3"],
+            probability: ["0", "1.5", "nan", "-0.1"]}
 
 
 def _options(parser: argparse.ArgumentParser, path: list[str]):
@@ -530,17 +531,6 @@ def test_every_number_an_experiment_takes_is_typed_and_range_checked():
     assert covered == set(EXPERIMENTS), set(EXPERIMENTS) - covered
 
 
-CHOICE_CASES = [(name, a.option_strings[-1]) for name, p in EXPERIMENTS.items() for a in p._actions
-                if a.option_strings and a.choices]
-
-
-@pytest.mark.parametrize("name,flag", CHOICE_CASES, ids=[f"{n} {f}" for n, f in CHOICE_CASES])
-def test_an_experiment_refuses_a_value_that_is_not_a_choice(tmp_path, name, flag):
-    _refused(["experiment", name, flag, "not-a-choice", "--out", str(tmp_path / "o")], f"argument {flag}",
-             "invalid choice")
-    assert not (tmp_path / "o").exists()
-
-
 def _frame_cases(tmp_path) -> dict[str, tuple[list[str], tuple[str, ...]]]:
     """What every experiment refuses before any work: label -> (flags, what the message names)."""
     (tmp_path / "file").write_text("")
@@ -603,3 +593,117 @@ def test_an_experiment_refuses_a_bad_input_file_or_setting_naming_it(tmp_path, l
     """Before: a bad --text failed in the worker processes after the output folder was made (40 s each)."""
     argv, named = _experiment_inputs(tmp_path)[label]
     _refused(["experiment", *argv, "--out", str(tmp_path / "o")], *named)
+
+
+# ----------------------------------------------------------------------------- probes
+@pytest.fixture(scope="module")
+def saved_model(tmp_path_factory):
+    """A saved 1-layer GDN model (vocabulary 160: chain_sum's 14 ids, the needle task's 129, a 16-node graph)."""
+    from assocmem.models import build_model
+
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("fuzz-model") / "model"
+    build_model({"d_model": 16, "vocab_size": 160, "layers": "gdn", "num_heads": 2, "mlp_ratio": 0}).save_pretrained(path)
+    return path
+
+
+def _probe_inputs(tmp_path, write: bool = True) -> dict[str, tuple[list[str], tuple[str, ...]]]:
+    """Bad probe inputs that pass the parser: label -> (argv after ``probe``, with {M} for the model; what the
+    message names)."""
+    files = {"empty.txt": b"", "binary.txt": b"ab\x00\x01" * 20, "latin1.txt": "caf\xe9 ".encode("latin-1") * 20,
+             "data.yaml": b"data: {kind: chain_sum, num_digits: 2, num_train: 8, num_eval: 4}\n"}
+    for name, data in files.items() if write else ():
+        (tmp_path / name).write_bytes(data)
+    t = lambda name: f"{tmp_path}/{name}"  # noqa: E731
+    chain = ["--task", "chain_sum", "--num-problems", "2", "--samples", "2"]
+    needle = ["--lengths", "16", "--trials", "1"]
+    return {
+        "tts-k-above-n": (["tts", "{M}", *chain, "--ks", "8"], ("--ks 8 > --samples 2",)),
+        "tts-unknown-task": (["tts", "{M}", "--task", "bogus"], ("'bogus'", "chain_sum")),
+        "tts-task-param-without-task": (["tts", "{M}", "--task-param", "num_digits=3"],
+                                        ("--task-param num_digits=3", "--task")),
+        "tts-task-param-no-equals": (["tts", "{M}", *chain, "--task-param", "num_digits"], ("key=value",)),
+        "tts-task-param-unknown": (["tts", "{M}", *chain, "--task-param", "bogus=1"], ("bogus",)),
+        "tts-task-param-not-a-number": (["tts", "{M}", *chain, "--task-param", "num_digits=abc"], ("num_digits",)),
+        "tts-task-param-bad-yaml": (["tts", "{M}", *chain, "--task-param", "num_digits=[1"],
+                                    ("--task-param num_digits", "line")),
+        "tts-task-param-tag": (["tts", "{M}", *chain, "--task-param", "num_digits=!!python/none x"],
+                               ("--task-param num_digits", "tag")),
+        "tts-no-task": (["tts", "{M}"], ("--task", "--problems-file")),
+        "tts-missing-model": (["tts", t("no-model"), *chain], (t("no-model"),)),
+        "tts-template-without-prompt": (["tts", "{M}", "--problems-file", t("empty.txt"), "--prompt-template", "Q:"],
+                                        ("{prompt}",)),
+        "tts-missing-tokenizer": (["tts", "{M}", "--problems-file", t("empty.txt"), "--tokenizer", t("no-tok")],
+                                  ("tokenizer", t("no-tok"))),
+        "niah-depth-above-100": (["niah", "{M}", *needle, "--depths", "150"], ("--depths", "150")),
+        "niah-depth-negative": (["niah", "{M}", *needle, "--depths", "-10"], ("--depths", "-10")),
+        "niah-task-param-unknown": (["niah", "{M}", *needle, "--task-param", "bogus=1"], ("bogus",)),
+        "niah-task-param-zero-needles": (["niah", "{M}", *needle, "--task-param", "num_needles=0"], ("num_needles",)),
+        "niah-task-param-no-equals": (["niah", "{M}", *needle, "--task-param", "num_needles"], ("key=value",)),
+        "niah-text-missing": (["niah", "{M}", *needle, "--text", t("missing.txt")], ("--text", t("missing.txt"))),
+        "niah-text-empty": (["niah", "{M}", *needle, "--text", t("empty.txt")], (t("empty.txt"), "empty")),
+        "niah-text-binary": (["niah", "{M}", *needle, "--text", t("binary.txt")], (t("binary.txt"), "line 1")),
+        "niah-text-latin1": (["niah", "{M}", *needle, "--text", t("latin1.txt")], (t("latin1.txt"), "UTF-8")),
+        "sounding-axis": (["sounding", "{M}", "--data", t("data.yaml"), "--axis", "7"], ("axis 7",)),
+        "sounding-params": (["sounding", "{M}", "--data", t("data.yaml"), "--params", "nomatch*"],
+                            ("--params", "nomatch*")),
+        "sounding-top-k": (["sounding", "{M}", "--data", t("data.yaml"), "--top-k", "1000"], ("--top-k 1000",)),
+        "sounding-length": (["sounding", "{M}", "--data", t("data.yaml"), "--length", "100000"], ("100000",)),
+        "sounding-data-missing": (["sounding", "{M}", "--data", t("missing.yaml")], ("--data", t("missing.yaml"))),
+        "sounding-no-data": (["sounding", "{M}"], ("--data",)),
+        "sounding-set-no-equals": (["sounding", "{M}", "--data", t("data.yaml"), "--set", "nokey"], ("--set nokey",)),
+        "sounding-set-model-field": (["sounding", "{M}", "--data", t("data.yaml"), "--set", "seed=3"],
+                                     ("--set seed=3", "data")),
+        "sounding-set-bad-data-value": (["sounding", "{M}", "--data", t("data.yaml"), "--set", "data.num_digits=abc"],
+                                        ("data.num_digits",)),
+        "capacity-unknown-spec": (["capacity", "bogus_spec"], ("'bogus_spec'",)),
+        "capacity-binary-spec-file": (["capacity", t("binary.txt")], (t("binary.txt"),)),
+        "capacity-unknown-form": (["capacity", "gated_deltanet", "--form", "bogus"], ("'bogus'", "chunk")),
+        "capacity-too-many-pairs": (["capacity", "gated_deltanet", "--num-pairs", str(10**12), "--trials", "1"],
+                                    (f"num_pairs {10**12}", "memory")),
+        "causality-unknown-target": (["causality", "bogus_spec"], ("'bogus_spec'",)),
+        "causality-binary-target": (["causality", t("binary.txt")], (t("binary.txt"),)),
+        "recall-unknown-mixer": (["recall", "--train-mixers", "bogus", "--steps", "1"], ("'bogus'",)),
+        "recall-missing-model": (["recall", "--models", t("no-model")], (t("no-model"),)),
+        "recall-k-beyond-length": (["recall", "--models", "{M}", "--num-kv-pairs", "100"],
+                                   ("--num-kv-pairs 100", "seq_len")),
+        "graph-tracing-missing-model": (["graph-tracing", t("no-model"), "--walks", "1"], (t("no-model"),)),
+    }
+
+
+PROBE_INPUT_CASES = list(_probe_inputs(None, write=False))
+
+
+@pytest.mark.parametrize("label", PROBE_INPUT_CASES)
+def test_a_probe_refuses_a_bad_input_naming_it_before_writing(tmp_path, saved_model, label):
+    """Before: a --task-param without --task, or a sounding --set of a field other than data's, was ignored;
+    --top-p 1.5 a pydantic dump; a non-UTF-8 --text a bare codec error; too many capacity pairs an allocation
+    traceback."""
+    argv, named = _probe_inputs(tmp_path)[label]
+    argv = [str(saved_model) if a == "{M}" else a for a in argv]
+    _refused(["probe", *argv, "--out", str(tmp_path / "o")], *named)
+    assert not (tmp_path / "o").exists()
+
+
+def _choice_cases() -> list[tuple[list[str], str]]:
+    """(command path, option) of every option with choices, for every probe and experiment and distill."""
+    cases = []
+    for path, parser in [(["probe"], None), (["experiment"], None), (["distill"], None)]:
+        root = build_parser(path[0])
+        for action in root._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                command = action.choices[path[0]]
+                subs = [a for a in command._actions if isinstance(a, argparse._SubParsersAction)]
+                parsers = subs[0].choices.items() if subs else [(None, command)]
+                for name, p in parsers:
+                    cases += [([*path, name] if name else path, a.option_strings[-1]) for a in p._actions
+                              if a.option_strings and a.choices]
+    return cases
+
+
+CHOICE_CASES = _choice_cases()
+
+
+@pytest.mark.parametrize("path,flag", CHOICE_CASES, ids=[f"{' '.join(p)} {f}" for p, f in CHOICE_CASES])
+def test_a_value_that_is_not_a_choice_is_refused_naming_the_flag(path, flag):
+    _refused([*path, flag, "not-a-choice"], f"argument {flag}", "'not-a-choice'")
