@@ -707,3 +707,100 @@ CHOICE_CASES = _choice_cases()
 @pytest.mark.parametrize("path,flag", CHOICE_CASES, ids=[f"{' '.join(p)} {f}" for p, f in CHOICE_CASES])
 def test_a_value_that_is_not_a_choice_is_refused_naming_the_flag(path, flag):
     _refused([*path, flag, "not-a-choice"], f"argument {flag}", "'not-a-choice'")
+
+
+# ----------------------------------------------------------------------------- data files
+def _parquet(columns: dict) -> bytes:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    sink = io.BytesIO()
+    pq.write_table(pa.table(columns), sink)
+    return sink.getvalue()
+
+
+GOOD_RECORD = b'{"question": "1+1", "answer": "2"}\n'
+# label -> (suffix, bytes, what the message names besides the file); the records have question/answer fields
+BAD_DATA_FILES = {
+    "jsonl-empty": (".jsonl", lambda: b"", "empty"),
+    "jsonl-blank-lines": (".jsonl", lambda: b"\n\n  \n", "line"),
+    "jsonl-nul": (".jsonl", lambda: GOOD_RECORD + b"\x00\x01\n", "line 2"),
+    "jsonl-latin1": (".jsonl", lambda: GOOD_RECORD + '{"question": "caf\xe9"}\n'.encode("latin-1"), "line 2"),
+    "jsonl-utf16": (".jsonl", lambda: GOOD_RECORD.decode().encode("utf-16"), "line 1"),
+    "jsonl-malformed-line": (".jsonl", lambda: GOOD_RECORD + b'{"question": \n', "line 2"),
+    "jsonl-number-line": (".jsonl", lambda: GOOD_RECORD + b"5\n", "line 2"),
+    "jsonl-list-line": (".jsonl", lambda: GOOD_RECORD + b'["a", "b"]\n', "line 2"),
+    "jsonl-question-number": (".jsonl", lambda: b'{"question": 5, "answer": "2"}\n', "question"),
+    "jsonl-question-null": (".jsonl", lambda: b'{"question": null, "answer": "2"}\n', "question"),
+    "jsonl-question-list": (".jsonl", lambda: b'{"question": ["1+1"], "answer": "2"}\n', "question"),
+    "jsonl-question-missing": (".jsonl", lambda: b'{"q": "1+1", "answer": "2"}\n', "question"),
+    "jsonl-mixed-types": (".jsonl", lambda: GOOD_RECORD + b'{"question": 7, "answer": "2"}\n', "question"),
+    "json-truncated": (".json", lambda: b'[{"question": "1+1", "answer": "2"}', "line 1"),
+    "json-list-of-numbers": (".json", lambda: b"[1, 2, 3]", "record 0"),
+    "json-empty-list": (".json", lambda: b"[]", "no record"),
+    "json-string": (".json", lambda: b'"just a string"', "record 0"),
+    "parquet-empty-file": (".parquet", lambda: b"", "empty"),
+    "parquet-not-parquet": (".parquet", lambda: b"PAR1 this is not parquet", "parquet"),
+    "parquet-question-missing": (".parquet", lambda: _parquet({"q": ["1+1"], "answer": ["2"]}), "question"),
+    "parquet-question-int": (".parquet", lambda: _parquet({"question": [5], "answer": ["2"]}), "question"),
+    "parquet-no-rows": (".parquet", lambda: _parquet({"question": pa_strings([]), "answer": pa_strings([])}),
+                        "no record"),
+    "csv-suffix": (".csv", lambda: b"question,answer\n1+1,2\n", ".csv"),
+}
+
+
+def pa_strings(values):
+    import pyarrow as pa
+
+    return pa.array(values, type=pa.string())
+
+
+TEXT_FILES = {  # plain text data files (sample_by document)
+    "txt-empty": (".txt", lambda: b"", "empty"),
+    "txt-nul": (".txt", lambda: b"some text\n\x00binary\n", "line 2"),
+    "txt-latin1": (".txt", lambda: "caf\xe9\n".encode("latin-1"), "line 1"),
+    "txt-utf16": (".txt", lambda: "text\n".encode("utf-16"), "line 1"),
+}
+
+
+def _data_file(tmp_path, label: str):
+    suffix, make, what = {**BAD_DATA_FILES, **TEXT_FILES}[label]
+    path = tmp_path / f"data{suffix}"
+    path.write_bytes(make())
+    return path, what
+
+
+def _train_files_config(tmp_path, path, **data) -> "Any":
+    return _write_yaml(tmp_path / "t.yaml", {**BASE_TRAIN, "output_dir": str(tmp_path / "runs"),
+                                            "data": {"kind": "files", "train_files": [str(path)], "seq_len": 16,
+                                                     **data}})
+
+
+DATA_SURFACES = {
+    # packed text from the question column
+    "train-text-field": lambda tmp_path, path: ["train", str(_train_files_config(tmp_path, path, text_field="question"))],
+    # prompt/response rows
+    "train-prompt-response": lambda tmp_path, path: ["train", str(_train_files_config(
+        tmp_path, path, prompt_field="question", response_field="answer", seq_len=32))],
+    # a problems file of the test-time scaling probe (byte tokenizer)
+    "tts-problems-file": lambda tmp_path, path: ["probe", "tts", "{M}", "--problems-file", str(path),
+                                                 "--num-problems", "1", "--samples", "1", "--out",
+                                                 str(tmp_path / "o")],
+}
+DATA_CASES = [(surface, label) for surface in DATA_SURFACES for label in BAD_DATA_FILES] + \
+             [("train-text", label) for label in TEXT_FILES]
+
+
+@pytest.mark.parametrize("surface,label", DATA_CASES, ids=[f"{s}-{label}" for s, label in DATA_CASES])
+def test_a_bad_data_file_is_refused_naming_the_file_and_the_place(tmp_path, saved_model, surface, label):
+    """Every reader of local data files: one clear error naming the file and the line, record or field;
+    nothing is left behind. Before: a record whose field is not text named no file, a parquet file with no
+    rows gave pyarrow's "BatchSize must be greater than 0"."""
+    path, what = _data_file(tmp_path, label)
+    if surface == "train-text":
+        argv = ["train", str(_train_files_config(tmp_path, path))]
+    else:
+        argv = [str(saved_model) if a == "{M}" else a for a in DATA_SURFACES[surface](tmp_path, path)]
+    message = _refused(argv, what)
+    assert str(path) in message or path.name in message, message
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "o").exists()

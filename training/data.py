@@ -74,10 +74,13 @@ def pair_dataset(raw: datasets.Dataset, tokenizer, seq_len: int, *, prompt_field
 
 def _files_dataset(data, files: Sequence[str], tokenizer) -> datasets.Dataset:
     raw = load_text_files(files, sample_by=data.sample_by)
-    if data.prompt_field is not None:
-        return pair_dataset(raw, tokenizer, data.seq_len, prompt_field=data.prompt_field,
-                            response_field=data.response_field, overlong=data.overlong)
-    return pack_dataset(raw, tokenizer, data.seq_len, text_field=data.text_field, documents=data.documents)
+    try:
+        if data.prompt_field is not None:
+            return pair_dataset(raw, tokenizer, data.seq_len, prompt_field=data.prompt_field,
+                                response_field=data.response_field, overlong=data.overlong)
+        return pack_dataset(raw, tokenizer, data.seq_len, text_field=data.text_field, documents=data.documents)
+    except ValueError as err:  # a field or record of the files' records: name the files
+        raise ValueError(f"data files {list(files)}: {err}") from None
 
 
 def data_vocab_size(data) -> int:

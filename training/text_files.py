@@ -176,6 +176,7 @@ def check_data_file(path: Path, builder: str) -> None:
     if path.stat().st_size == 0:
         raise ValueError(f"{path} is empty; a data file needs at least one record")
     if builder == "parquet":
+        _check_parquet(path)
         return
     lines = []
     with open(path, "rb") as f:
@@ -191,6 +192,18 @@ def check_data_file(path: Path, builder: str) -> None:
                 lines.append(line)
     if builder == "json":
         _check_json_records(path, lines)
+
+
+def _check_parquet(path: Path) -> None:
+    """A parquet file whose footer reads and that holds at least one row."""
+    import pyarrow.parquet as pq
+
+    try:
+        rows = pq.read_metadata(path).num_rows
+    except (OSError, ValueError) as err:  # pyarrow's ArrowInvalid is a ValueError
+        raise ValueError(f"{path} is not a parquet file ({err})") from None
+    if rows == 0:
+        raise ValueError(f"{path} holds no record (a parquet file with 0 rows)")
 
 
 def _check_json_records(path: Path, lines: list[str]) -> None:
