@@ -1,0 +1,256 @@
+"""Fuzz the text surfaces (issues 35, 37, 38): problem files, verifiers, sequential test-time scaling,
+data mixtures and stages, recipes, latent attention and the Newton optimizer.
+
+Each case is a bad input a new user could give. Every one must end in one clear error: exit status 2
+from the command line (argparse's own refusals too), the field, flag, file or record named in the
+message, no raw traceback, nothing left behind in the run folder, and no code from a model folder run.
+Cases are generated from what the code declares (pydantic fields and bounds) where it declares it, and
+listed by hand where the bad input is a file.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from assocmem.cli import main as cli_main
+from assocmem.mixers import MixerSpec, get_preset
+from assocmem.training.config import ConfigError, config_from_dict
+from assocmem.training.verifiable import ProblemsFile
+
+from test_fuzz import bad_values, field_cases
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+GSM = [{"question": f"What is {i} + {i}?", "answer": f"{i} plus {i} is {2 * i}.\n#### {2 * i}"} for i in range(1, 7)]
+MODEL = {"hybrid": {"d_model": 16, "layers": "gdn,attn", "num_heads": 2, "mlp_ratio": 0}}
+LOOP = {"progress": False, "threads": 1}
+
+
+def _jsonl(path: Path, records) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def _cli(argv: list[str]) -> tuple[int, str]:
+    """(exit status, stderr) of ``assocmem ARGV`` run in-process; argparse's exits become their status."""
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            code = cli_main(argv)
+        except SystemExit as exit_:
+            code = exit_.code if isinstance(exit_.code, int) else 2
+            if not isinstance(exit_.code, int):
+                err.write(str(exit_.code))
+    return code, err.getvalue()
+
+
+def _refused(argv: list[str], *named: str) -> str:
+    code, err = _cli(argv)
+    assert code == 2, (code, err)
+    assert "Traceback" not in err, err
+    for word in named:
+        assert word in err, (word, err)
+    return err
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory) -> Path:
+    """A folder with a good problem file and a run folder SFT-trained on it for 2 steps (eval, tts, rl use it)."""
+    import torch
+
+    root = tmp_path_factory.mktemp("fuzz_text")
+    good = _jsonl(root / "gsm.jsonl", GSM)
+    cfg = {"name": "sft", "output_dir": str(root / "runs"), "seed": 0, "model": MODEL,
+           "data": {"kind": "problems", "path": str(good), "num_eval": 2, "max_new_tokens": 4},
+           "optim": {"lr": 3e-3}, "train": {"steps": 2, "batch_size": 4, **LOOP}}
+    (root / "sft.yaml").write_text(yaml.safe_dump(cfg))
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assert cli_main(["train", str(root / "sft.yaml")]) == 0
+    finally:
+        torch.set_num_threads(before)
+    return root
+
+
+# ============================================================================ problem files
+def _problems_config(tmp_path: Path, data: dict) -> dict:
+    return {"name": "p", "output_dir": str(tmp_path / "runs"), "seed": 0, "model": MODEL, "data": data,
+            "optim": {"lr": 1e-3}, "train": {"steps": 1, "batch_size": 2, **LOOP}}
+
+
+SECTION_CASES = [c for c in field_cases(ProblemsFile, "data") if c[1] != "kind"] + [
+    ("data.extractor", "extractor", "latex"), ("data.extractor", "extractor", 3),
+    ("data.reference_extractor", "reference_extractor", "regex"),
+    ("data.chat_template", "chat_template", "maybe"), ("data.chat_template", "chat_template", True),
+    ("data.prompt_template", "prompt_template", "Q: {question}"), ("data.prompt_template", "prompt_template", 5),
+    ("data.prompt_field", "prompt_field", ["question"]), ("data.metadata_fields", "metadata_fields", "level"),
+    ("data.path", "path", None), ("data.nonsense", "nonsense", 1)]
+
+
+@pytest.mark.parametrize("key,name,value", SECTION_CASES, ids=[f"{k}={v!r}"[:50] for k, _, v in SECTION_CASES])
+def test_a_bad_problems_section_is_refused_naming_the_field(tmp_path, key, name, value):
+    data = {"kind": "problems", "path": "gsm.jsonl", "num_eval": 1}
+    data[key.split(".", 1)[1]] = value
+    with pytest.raises(ConfigError) as err:
+        config_from_dict(_problems_config(tmp_path, data))
+    assert name in str(err.value), str(err.value)
+
+
+def _bad_files(root: Path) -> list[tuple[str, Path, list[str]]]:
+    """(case, file, words its refusal must hold): files that are not problem sets."""
+    def write(name, content):
+        path = root / name
+        (path.write_bytes if isinstance(content, bytes) else path.write_text)(content)
+        return path
+
+    rec = lambda **kw: json.dumps({"question": "What is 1 + 1?", "answer": "#### 2", **kw}) + "\n"
+    return [
+        ("empty", write("empty.jsonl", ""), ["empty.jsonl", "empty"]),
+        ("blank_lines", write("blank.jsonl", "\n\n\n"), ["blank.jsonl"]),
+        ("not_json", write("prose.jsonl", "What is 1 + 1?\n"), ["prose.jsonl", "line 1"]),
+        ("half_json", write("half.jsonl", rec() + '{"question": "x", "answer": \n'), ["half.jsonl", "line 2"]),
+        ("binary", write("bin.jsonl", b"\x00\x01\x02\xff" * 10), ["bin.jsonl", "line 1"]),
+        ("latin1", write("latin.jsonl", rec().encode() + '{"question": "caf\u00e9", "answer": "#### 1"}\n'
+                         .encode("latin-1")), ["latin.jsonl", "line 2", "UTF-8"]),
+        ("list_record", write("list.jsonl", "[1, 2]\n"), ["list.jsonl", "record 0"]),
+        ("json_scalar", write("scalar.json", "42"), ["scalar.json"]),
+        ("json_empty_list", write("none.json", "[]"), ["none.json", "no record"]),
+        ("no_prompt_field", write("noq.jsonl", json.dumps({"problem": "x", "answer": "#### 1"}) + "\n"),
+         ["noq.jsonl", "question", "prompt_field"]),
+        ("no_answer_field", write("noa.jsonl", json.dumps({"question": "x", "solution": "#### 1"}) + "\n"),
+         ["noa.jsonl", "answer"]),
+        ("answer_int", write("int.jsonl", rec() + json.dumps({"question": "x", "answer": 7}) + "\n"),
+         ["int.jsonl", "record 1", "answer"]),
+        ("answer_null", write("null.jsonl", rec() + json.dumps({"question": "x", "answer": None}) + "\n"),
+         ["null.jsonl", "record 1", "answer"]),
+        ("question_list", write("qlist.jsonl", json.dumps({"question": ["a", "b"], "answer": "#### 1"}) + "\n"),
+         ["qlist.jsonl", "record 0", "question"]),
+        ("question_dict", write("qdict.jsonl", json.dumps({"question": {"a": 1}, "answer": "#### 1"}) + "\n"),
+         ["qdict.jsonl", "question"]),
+        ("mixed_types", write("mixed.jsonl", rec() + json.dumps({"question": 3, "answer": "#### 1"}) + "\n"),
+         ["mixed.jsonl", "question"]),
+        ("no_answer_in_reference", write("bare.jsonl", json.dumps({"question": "x", "answer": "42"}) + "\n"),
+         ["bare.jsonl", "record 0", "reference_extractor"]),
+        ("two_answers", write("two.jsonl", json.dumps({"question": "x", "answer": "#### 1\n#### 2"}) + "\n"),
+         ["two.jsonl", "record 0", "one answer"]),
+        ("empty_prompt", write("emptyq.jsonl", json.dumps({"question": "", "answer": "#### 1"}) + "\n"),
+         ["emptyq.jsonl", "record 0", "question"]),
+        ("csv_suffix", write("probs.csv", "question,answer\nx,#### 1\n"), ["probs.csv", ".jsonl"]),
+        ("bad_parquet", write("bad.parquet", b"PAR1 not really"), ["bad.parquet"]),
+        ("missing", root / "missing.jsonl", ["missing.jsonl"]),
+        ("directory", root, [root.name]),
+    ]
+
+
+BAD_FILE_IDS = [
+    "empty", "blank_lines", "not_json", "half_json", "binary", "latin1", "list_record", "json_scalar",
+    "json_empty_list", "no_prompt_field", "no_answer_field", "answer_int", "answer_null", "question_list",
+    "question_dict", "mixed_types", "no_answer_in_reference", "two_answers", "empty_prompt", "csv_suffix",
+    "bad_parquet", "missing", "directory"]
+
+
+def _bad_file(tmp_path: Path, case: str) -> tuple[Path, list[str]]:
+    return next((path, words) for name, path, words in _bad_files(tmp_path) if name == case)
+
+
+@pytest.mark.parametrize("case", BAD_FILE_IDS)
+def test_probe_tts_refuses_a_bad_problems_file_naming_it(work, tmp_path, case):
+    path, words = _bad_file(tmp_path, case)
+    _refused(["probe", "tts", str(work / "runs" / "sft"), "--problems-file", str(path), "--samples", "1",
+              "--max-new-tokens", "2", "--bootstrap", "2", "--out", str(tmp_path / "out")], *words)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("case", BAD_FILE_IDS[::3])
+def test_eval_refuses_a_bad_problems_file_naming_it(work, tmp_path, case):
+    path, words = _bad_file(tmp_path, case)
+    _refused(["eval", str(work / "runs" / "sft"), "--problems", str(path), "--json", str(tmp_path / "e.json")],
+             *words)
+    assert not (tmp_path / "e.json").exists()
+
+
+@pytest.mark.parametrize("case", BAD_FILE_IDS[1::3])
+def test_train_refuses_a_bad_problems_file_and_leaves_nothing(tmp_path, case):
+    path, words = _bad_file(tmp_path, case)
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump(_problems_config(tmp_path, {"kind": "problems", "path": str(path)})))
+    _refused(["train", str(config)], *words)
+    assert not (tmp_path / "runs" / "p").exists()
+
+
+@pytest.mark.parametrize("case", BAD_FILE_IDS[2::3])
+def test_rl_refuses_a_bad_problems_file_and_leaves_nothing(work, tmp_path, case):
+    path, words = _bad_file(tmp_path, case)
+    config = tmp_path / "rl.yaml"
+    config.write_text(yaml.safe_dump(_rl_config(work, tmp_path, data={"kind": "problems", "path": str(path)})))
+    _refused(["rl", str(config)], *words)
+    assert not (tmp_path / "runs" / "rl").exists()
+
+
+def _rl_config(work: Path, tmp_path: Path, *, data: dict | None = None, rollout: dict | None = None) -> dict:
+    return {"name": "rl", "output_dir": str(tmp_path / "runs"), "model": {"init_from": str(work / "runs" / "sft")},
+            "data": data or {"kind": "problems", "path": str(work / "gsm.jsonl"), "num_eval": 2, "max_new_tokens": 3},
+            "rollout": {"group_size": 2, "prompts_per_step": 2, "max_new_tokens": 3, **(rollout or {})},
+            "train": {"steps": 1, "eval_samples": 1, **LOOP}}
+
+
+@pytest.mark.parametrize("overrides,named", [
+    (["data.num_eval=6"], ["num_eval=6", "leaves none"]),
+    (["data.num_eval=100"], ["num_eval=100"]),
+    (["data.eval_path=nowhere.jsonl", "data.num_eval=0"], ["nowhere.jsonl"]),
+    (["data.tokenizer=no/such/folder"], ["tokenizer"]),
+    (["data.chat_template=on"], ["chat_template"]),
+    (["data.extractor=boxed"], ["record 0", "boxed"]),
+    (["data.prompt_field=problem"], ["problem", "prompt_field"]),
+    (["data.metadata_fields=[level]"], ["level"]),
+], ids=lambda v: str(v)[:40])
+def test_train_on_a_problem_file_with_bad_options(work, tmp_path, overrides, named):
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump(_problems_config(tmp_path, {"kind": "problems", "path": str(work / "gsm.jsonl")})))
+    _refused(["train", str(config), *[a for o in overrides for a in ("--set", o)]], *named)
+    assert not (tmp_path / "runs" / "p").exists()
+
+
+@pytest.mark.parametrize("flags,named", [
+    (["--extractor", "latex"], ["latex", "extractor"]),
+    (["--reference-extractor", "regex"], ["regex", "extractor"]),
+    (["--prompt-template", "Q: {question}"], ["prompt_template", "{prompt}"]),
+    (["--prompt-template", "Q: {prompt"], ["prompt"]),
+    (["--chat-template", "always"], ["--chat-template"]),
+    (["--chat-template", "on"], ["chat_template"]),
+    (["--tokenizer", "no/such/folder"], ["tokenizer"]),
+    (["--prompt-field", "problem"], ["problem", "prompt_field"]),
+    (["--metadata-field", "level"], ["level"]),
+    (["--num-problems", "0"], ["--num-problems"]),
+    (["--num-problems", "-3"], ["--num-problems"]),
+    (["--max-new-tokens", "0"], ["--max-new-tokens"]),
+    (["--samples", "2", "--ks", "4"], ["--ks"]),
+    (["--bootstrap", "0"], ["--bootstrap"]),
+    (["--task", "chain_sum", "--problems-file", "x.jsonl", "--mode", "sequential"], []),
+], ids=lambda v: " ".join(v) if isinstance(v, list) else None)
+def test_probe_tts_problem_flags(work, tmp_path, flags, named):
+    argv = ["probe", "tts", str(work / "runs" / "sft"), "--problems-file", str(work / "gsm.jsonl"), "--samples", "1",
+            "--max-new-tokens", "2", "--bootstrap", "2", "--out", str(tmp_path / "out"), *flags]
+    _refused(argv, *named)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("overrides,named", [
+    (["data.extractor=latex"], ["extractor", "latex"]),
+    (["data.chat_template=yes"], ["chat_template"]),
+    (["data.prompt_field=problem"], ["problem"]),
+    (["data.max_new_tokens=0"], ["max_new_tokens"]),
+    (["data.max_new_tokens=-5"], ["max_new_tokens"]),
+    (["data.num_eval=1e40"], ["num_eval"]),
+], ids=lambda v: str(v)[:40])
+def test_eval_problem_overrides(work, tmp_path, overrides, named):
+    _refused(["eval", str(work / "runs" / "sft"), "--problems", str(work / "gsm.jsonl"),
+              *[a for o in overrides for a in ("--set", o)], "--json", str(tmp_path / "e.json")], *named)
