@@ -160,7 +160,7 @@ def _tts_problems(args, model):
 
 def _verifier(args):
     """The --verifier weights over registered rewards and --verifier-spec definitions (None without --verifier)."""
-    from pydantic import TypeAdapter
+    from pydantic import TypeAdapter, ValidationError
 
     from assocmem.mixers.yaml_text import load_yaml
     from assocmem.training.rl.rewards import reward_fn
@@ -169,12 +169,22 @@ def _verifier(args):
     defined = {}
     for item in args.verifier_spec:
         name, sep, raw = item.partition("=")
-        if not sep:
+        if not sep or not name.strip():
             raise ValueError(f"--verifier-spec expects NAME=YAML (e.g. judge='{{kind: model, folder: J}}'), got {item!r}")
-        defined[name.strip()] = TypeAdapter(VerifierSpec).validate_python(load_yaml(raw, source=f"--verifier-spec {name}"))
+        try:
+            spec = TypeAdapter(VerifierSpec).validate_python(load_yaml(raw, source=f"--verifier-spec {name}"))
+        except ValidationError as err:
+            raise ValueError(f"--verifier-spec {name.strip()}: not a verifier (kinds exact_match, numeric, python, "
+                             f"model): {err}") from None
+        try:
+            defined[name.strip()] = spec.load()  # its module or model read now: refused before --out is written
+        except ValueError as err:
+            raise ValueError(f"--verifier-spec {name.strip()}: {err}") from None
     weights = {}
     for item in args.verifier:
         name, sep, weight = item.partition("=")
+        if not name.strip():
+            raise ValueError(f"--verifier expects NAME or NAME=WEIGHT (e.g. judge=0.5), got {item!r}")
         try:
             weights[name.strip()] = float(weight) if sep else 1.0
         except ValueError:

@@ -6,6 +6,8 @@ reads a file with it; a file that is not UTF-8 text is refused naming the file a
     no tags          a tag (``!!python/object``, ``!include``, ...) is refused; ``!!str`` and the other
                      standard scalar tags are plain YAML and read as usual
     unique keys      a key that appears twice in one mapping is refused (YAML would keep the last silently)
+    keys as written  a key spelled like a YAML 1.1 boolean other than true/false (``yes``, ``no``, ``on``,
+                     ``off``) is the text it spells: a judge's ``{yes: " Yes", no: " No"}`` names two fields
     bounded depth    at most MAX_DEPTH nested sections (deeper input would exhaust Python's recursion)
     bounded size     at most MAX_NODES values once aliases are expanded (a "billion laughs" tree of
                      nested aliases never finishes expanding downstream); a recursive alias is refused
@@ -25,6 +27,7 @@ MAX_DEPTH = 64
 MAX_NODES = 100_000
 _STANDARD = "tag:yaml.org,2002:"
 _MERGE = _STANDARD + "merge"
+_BOOL, _STR = _STANDARD + "bool", _STANDARD + "str"
 _PLAIN_TAGS = {_STANDARD + t for t in
                ("str", "int", "float", "bool", "null", "map", "seq", "merge", "timestamp", "binary", "set", "omap",
                 "pairs")}
@@ -69,7 +72,9 @@ class _Loader(yaml.SafeLoader):
         seen: dict[Any, int] = {}
         for key, _ in node.value:
             if not isinstance(key, ScalarNode) or key.tag == _MERGE:
-                continue  # a sequence or mapping as a key: the constructor refuses it; << merges a mapping
+                continue
+            if key.tag == _BOOL and key.value.lower() not in ("true", "false"):
+                key.tag = _STR  # yes/no/on/off as a key: the word, not a boolean  # a sequence or mapping as a key: the constructor refuses it; << merges a mapping
             name = self.construct_object(key)
             if name in seen:
                 raise YAMLInputError(f"{_where(self.source, key)}: key {name!r} appears twice in one mapping (first on "

@@ -254,3 +254,220 @@ def test_probe_tts_problem_flags(work, tmp_path, flags, named):
 def test_eval_problem_overrides(work, tmp_path, overrides, named):
     _refused(["eval", str(work / "runs" / "sft"), "--problems", str(work / "gsm.jsonl"),
               *[a for o in overrides for a in ("--set", o)], "--json", str(tmp_path / "e.json")], *named)
+
+
+# ============================================================================ verifiers
+def _judge(root: Path, name: str = "judge") -> Path:
+    """A tiny local Llama judge folder with the byte tokenizer."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from assocmem.training.text_files import byte_tokenizer_fast
+
+    torch.manual_seed(0)
+    folder = root / name
+    cfg = LlamaConfig(vocab_size=257, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                      num_key_value_heads=2, max_position_embeddings=256)
+    LlamaForCausalLM(cfg).save_pretrained(folder)
+    byte_tokenizer_fast().save_pretrained(folder)
+    return folder
+
+
+def _remote_code_judge(root: Path) -> tuple[Path, Path]:
+    """A judge folder whose config.json asks for custom code (evil.py writes a marker when imported)."""
+    folder = _judge(root, "remote")
+    marker = root / "code_ran"
+    config = json.loads((folder / "config.json").read_text())
+    config["auto_map"] = {"AutoConfig": "evil.EvilConfig", "AutoModelForCausalLM": "evil.EvilModel"}
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "evil.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n"
+                                    "from transformers import LlamaConfig as EvilConfig, LlamaForCausalLM as EvilModel\n")
+    tok = json.loads((folder / "tokenizer_config.json").read_text())
+    tok["auto_map"] = {"AutoTokenizer": ["evil.EvilTokenizer", None]}
+    (folder / "tokenizer_config.json").write_text(json.dumps(tok))
+    return folder, marker
+
+
+def _checkers(root: Path) -> Path:
+    """A folder of user checker modules, each bad in one way."""
+    folder = root / "checks"
+    folder.mkdir()
+    (folder / "good.py").write_text("def grade(text, answer, info):\n    return 1.0\n")
+    (folder / "raises.py").write_text("def grade(text, answer, info):\n    raise RuntimeError('boom in grade')\n")
+    (folder / "divides.py").write_text("def grade(text, answer, info):\n    return 1 / 0\n")
+    (folder / "text.py").write_text("def grade(text, answer, info):\n    return 'yes'\n")
+    (folder / "nan.py").write_text("def grade(text, answer, info):\n    return float('nan')\n")
+    (folder / "none.py").write_text("def grade(text, answer, info):\n    return None\n")
+    (folder / "arity.py").write_text("def grade(text):\n    return 1.0\n")
+    (folder / "broken.py").write_text("def grade(text, answer, info) return 1\n")
+    (folder / "imports.py").write_text("import no_such_module_anywhere\ndef grade(t, a, i):\n    return 1.0\n")
+    (folder / "exits.py").write_text("import sys\nsys.exit(3)\n")
+    (folder / "constant.py").write_text("grade = 3\n")
+    return folder
+
+
+VERIFIER_SPEC_CASES = [  # (case, --verifier-spec YAML, words of the refusal)
+    ("unknown_kind", "{kind: regex}", ["kind", "regex"]),
+    ("no_kind", "{folder: x}", ["kind"]),
+    ("not_a_mapping", "[1, 2]", ["--verifier-spec"]),
+    ("bad_yaml", "{kind: [", ["--verifier-spec"]),
+    ("numeric_negative_tol", "{kind: numeric, rel_tol: -1}", ["rel_tol"]),
+    ("numeric_nan_tol", "{kind: numeric, abs_tol: .nan}", ["abs_tol"]),
+    ("numeric_text_tol", "{kind: numeric, abs_tol: close}", ["abs_tol"]),
+    ("numeric_bad_rule", "{kind: numeric, rule: middle}", ["rule"]),
+    ("exact_extra_key", "{kind: exact_match, tolerance: 1}", ["tolerance"]),
+    ("python_no_function", "{kind: python, path: .}", ["function"]),
+    ("python_bad_function", "{kind: python, function: 'grade', path: .}", ["function", "module:function"]),
+    ("python_dotted_path", "{kind: python, function: '../x:grade', path: .}", ["function"]),
+    ("model_no_folder", "{kind: model}", ["folder"]),
+    ("model_template", "{kind: model, folder: j, template: 'no slot'}", ["{response}"]),
+    ("model_batch_zero", "{kind: model, folder: j, batch_size: 0}", ["batch_size"]),
+    ("model_score", "{kind: model, folder: j, score: logits}", ["score"]),
+    ("model_device", "{kind: model, folder: j, device: tpu}", ["device"]),
+]
+
+
+def _tts(work: Path, tmp_path: Path, *flags: str) -> list[str]:
+    return ["probe", "tts", str(work / "runs" / "sft"), "--problems-file", str(work / "gsm.jsonl"), "--samples", "1",
+            "--num-problems", "2", "--max-new-tokens", "2", "--bootstrap", "2", "--out", str(tmp_path / "out"), *flags]
+
+
+@pytest.mark.parametrize("case,spec,named", VERIFIER_SPEC_CASES, ids=[c for c, _, _ in VERIFIER_SPEC_CASES])
+def test_probe_tts_refuses_a_bad_verifier_spec(work, tmp_path, case, spec, named):
+    _refused(_tts(work, tmp_path, "--verifier", "mine", "--verifier-spec", f"mine={spec}"), *named)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("case,spec,named", VERIFIER_SPEC_CASES[::2], ids=[c for c, _, _ in VERIFIER_SPEC_CASES[::2]])
+def test_rl_refuses_a_bad_verifier_spec(work, tmp_path, case, spec, named):
+    config = tmp_path / "rl.yaml"
+    config.write_text(yaml.safe_dump(_rl_config(work, tmp_path, rollout={"reward": {"mine": 1.0}})))
+    _refused(["rl", str(config), "--set", f"rollout.verifiers.mine={spec}"], *[n for n in named if n != "--verifier-spec"])
+    assert not (tmp_path / "runs" / "rl").exists()
+
+
+@pytest.mark.parametrize("flags,named", [
+    (["--verifier", "nosuch"], ["nosuch"]),
+    (["--verifier", "correct=abc"], ["--verifier", "correct=abc"]),
+    (["--verifier", "correct=nan"], ["correct", "finite"]),
+    (["--verifier", "correct=inf"], ["correct", "finite"]),
+    (["--verifier", "correct=-inf"], ["correct", "finite"]),
+    (["--verifier", "=1"], ["--verifier"]),
+    (["--verifier-spec", "mine={kind: numeric}"], ["--verifier-spec", "mine"]),
+    (["--verifier-spec", "nothing-here"], ["--verifier-spec"]),
+    (["--verifier", "correct", "--verifier-spec", "correct={kind: numeric}"], ["correct", "shadow"]),
+], ids=lambda v: " ".join(v) if isinstance(v, list) else None)
+def test_probe_tts_refuses_bad_verifier_weights(work, tmp_path, flags, named):
+    _refused(_tts(work, tmp_path, *flags), *named)
+
+
+@pytest.mark.parametrize("reward,named", [
+    ({"correct": float("nan")}, ["reward"]), ({"correct": "abc"}, ["reward"]), ({"correct": float("inf")}, ["reward"]),
+    ({"nosuch": 1.0}, ["nosuch"]), ({}, ["reward"]), ("nosuch", ["nosuch"]), ([1, 2], ["reward"]),
+], ids=lambda v: str(v)[:30])
+def test_rl_refuses_bad_reward_weights(work, tmp_path, reward, named):
+    config = tmp_path / "rl.yaml"
+    config.write_text(yaml.safe_dump(_rl_config(work, tmp_path, rollout={"reward": reward})))
+    _refused(["rl", str(config)], *named)
+    assert not (tmp_path / "runs" / "rl").exists()
+
+
+PYTHON_CASES = [  # (module:function, words): the checker folder holds these modules
+    ("missing:grade", ["missing", "checks"]), ("good:nothing", ["nothing"]), ("raises:grade", ["raises:grade", "boom"]),
+    ("divides:grade", ["divides:grade", "ZeroDivisionError"]), ("text:grade", ["text:grade", "str"]),
+    ("nan:grade", ["nan"]), ("none:grade", ["none:grade", "NoneType"]), ("arity:grade", ["arity:grade"]),
+    ("broken:grade", ["broken", "SyntaxError"]), ("imports:grade", ["imports", "no_such_module_anywhere"]),
+    ("exits:grade", ["exits"]), ("constant:grade", ["grade"]),
+]
+
+
+@pytest.mark.parametrize("function,named", PYTHON_CASES, ids=[f for f, _ in PYTHON_CASES])
+def test_probe_tts_names_a_python_checker_that_fails(work, tmp_path, function, named):
+    checks = _checkers(tmp_path)
+    _refused(_tts(work, tmp_path, "--verifier", "mine",
+                  "--verifier-spec", f"mine={{kind: python, function: '{function}', path: '{checks}'}}"), *named)
+
+
+def test_python_checker_path_that_does_not_exist_or_is_a_model_folder(work, tmp_path):
+    _refused(_tts(work, tmp_path, "--verifier", "mine", "--verifier-spec",
+                  f"mine={{kind: python, function: 'good:grade', path: '{tmp_path / 'nowhere'}'}}"), "nowhere")
+    judge = _judge(tmp_path)
+    marker = tmp_path / "checker_ran"
+    (judge / "grade_mod.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\ndef grade(t, a, i):\n    return 1\n")
+    _refused(_tts(work, tmp_path, "--verifier", "mine", "--verifier-spec",
+                  f"mine={{kind: python, function: 'grade_mod:grade', path: '{judge}'}}"), str(judge), "model folder")
+    assert not marker.exists()
+    sub = judge / "sub"
+    sub.mkdir()
+    (sub / "grade_mod.py").write_text((judge / "grade_mod.py").read_text())
+    _refused(_tts(work, tmp_path, "--verifier", "mine", "--verifier-spec",
+                  f"mine={{kind: python, function: 'grade_mod:grade', path: '{sub}'}}"), "model folder")
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("case", ["missing", "empty", "file", "weights_only", "remote_code", "yes_two_tokens",
+                                  "no_empty", "yes_equals_no"])
+def test_probe_tts_refuses_a_bad_model_judge_naming_the_folder(work, tmp_path, case):
+    yes, no, named = "Y", "N", []
+    if case == "missing":
+        folder, named = tmp_path / "nojudge", ["nojudge"]
+    elif case == "empty":
+        folder = tmp_path / "emptyjudge"
+        folder.mkdir()
+        named = ["emptyjudge"]
+    elif case == "file":
+        folder = tmp_path / "judge.txt"
+        folder.write_text("hi")
+        named = ["judge.txt"]
+    elif case == "weights_only":
+        folder = _judge(tmp_path)
+        (folder / "config.json").unlink()
+        named = [str(folder)]
+    elif case == "remote_code":
+        folder, marker = _remote_code_judge(tmp_path)
+        named = [str(folder)]
+    else:
+        folder = _judge(tmp_path)
+        yes, no, named = {"yes_two_tokens": ("Yes", "N", ["yes", "'Yes'"]), "no_empty": ("Y", "", ["no"]),
+                          "yes_equals_no": ("Y", "Y", ["yes", "no"])}[case]
+    spec = f"judge={{kind: model, folder: '{folder}', yes: '{yes}', no: '{no}', device: cpu}}"
+    _refused(_tts(work, tmp_path, "--verifier", "judge", "--verifier-spec", spec), *named)
+    if case == "remote_code":
+        assert not marker.exists()
+    assert not (tmp_path / "out").exists() or case in ("yes_equals_no",)
+
+
+@pytest.mark.parametrize("case", ["missing_folder", "not_a_model", "remote_code", "checker_raises", "checker_missing"])
+def test_rl_refuses_a_verifier_that_does_not_load_and_leaves_nothing(work, tmp_path, case):
+    if case in ("checker_raises", "checker_missing"):
+        checks = _checkers(tmp_path)
+        module = {"checker_raises": "broken:grade", "checker_missing": "absent:grade"}[case]
+        spec, named = {"kind": "python", "function": module, "path": str(checks)}, ["rollout.verifiers.mine"]
+    else:
+        folder = {"missing_folder": tmp_path / "nojudge", "not_a_model": tmp_path}.get(case)
+        if case == "remote_code":
+            folder, marker = _remote_code_judge(tmp_path)
+        spec, named = {"kind": "model", "folder": str(folder), "yes": "Y", "no": "N"}, ["rollout.verifiers.mine", str(folder)]
+    config = tmp_path / "rl.yaml"
+    config.write_text(yaml.safe_dump(_rl_config(work, tmp_path, rollout={"reward": {"correct": 1, "mine": 0.5},
+                                                                          "verifiers": {"mine": spec}})))
+    _refused(["rl", str(config)], *named)
+    assert not (tmp_path / "runs" / "rl").exists()
+    if case == "remote_code":
+        assert not marker.exists()
+
+
+def test_the_documented_judge_and_chat_template_yaml_read_as_written(tmp_path):
+    """`{yes: " Yes", no: " No"}` and `chat_template: on` in YAML (1.1 reads yes/no/on/off as booleans)."""
+    from pydantic import TypeAdapter
+
+    from assocmem.mixers.yaml_text import load_yaml
+    from assocmem.training.verifiable.verifiers import VerifierSpec
+
+    spec = TypeAdapter(VerifierSpec).validate_python(load_yaml(
+        '{kind: model, folder: judges/small, yes: " Yes", no: " No", chat_template: off}', source="x"))
+    assert (spec.yes, spec.no, spec.chat_template) == (" Yes", " No", "off")
+    data = config_from_dict(_problems_config(tmp_path, load_yaml("{kind: problems, path: p.jsonl, chat_template: on}",
+                                                                 source="x"))).data
+    assert data.chat_template == "on"
+    assert load_yaml("{on: 1, off: 2, true: 3}", source="x") == {"on": 1, "off": 2, True: 3}

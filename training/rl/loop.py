@@ -90,6 +90,11 @@ class RLTrainer:
         self.train_problems, self.eval_problems = problem_sets(cfg.data)
         if not self.train_problems:
             raise ValueError("data: the prompt set is empty; set data.num_train >= 1")
+        for name, verifier in cfg.rollout.verifiers.items():  # a checker's module, a judge's model: read before
+            try:                                               # the run folder is made
+                verifier.load()
+            except ValueError as err:
+                raise ValueError(f"rollout.verifiers.{name}: {err}") from None
         if cfg.rollout.prompts_per_step % info.world_size:
             raise ValueError(f"rollout.prompts_per_step={cfg.rollout.prompts_per_step} must be divisible by the "
                              f"number of processes ({info.world_size})")

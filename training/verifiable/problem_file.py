@@ -17,13 +17,13 @@ acts as the problem set itself (``vocab_size``, ``candidates``, ``check``, ... o
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Hashable, Literal, Sequence
+from typing import Hashable, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .base import Problem
 from .extract import EXTRACTORS
-from .text_answers import TextAnswers
+from .text_answers import ChatTemplateOption, TextAnswers
 
 
 class ProblemsFile(BaseModel):
@@ -43,7 +43,7 @@ class ProblemsFile(BaseModel):
     reference_extractor: str | None = Field(None, description="extractor of the reference (null: extractor; "
                                             "'whole' when the field holds the answer alone)")
     prompt_template: str = Field("{prompt}", description="the prompt text, with '{prompt}' where the question goes")
-    chat_template: Literal["auto", "on", "off"] = Field("auto", description="wrap the prompt in the tokenizer's "
+    chat_template: ChatTemplateOption = Field("auto", description="wrap the prompt in the tokenizer's "
                                                         "chat template: when it has one (auto), always, never")
     system_prompt: str | None = Field(None, description="system turn (chat template) or text before the prompt")
     max_new_tokens: int = Field(256, ge=1, description="response budget, EOS included")

@@ -20,13 +20,23 @@ record and the field.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Hashable, Literal, Sequence
+from typing import Annotated, Any, Hashable, Literal, Sequence
+
+from pydantic import BeforeValidator
 
 from ..text_files import encode_text, load_text_files
 from .base import Problem
 from .extract import extract_answers, get_extractor
 
 ChatTemplate = Literal["auto", "on", "off"]
+
+
+def _switch_word(value: Any) -> Any:
+    """YAML 1.1 reads a bare ``on`` / ``off`` as true / false: the switch the config spells."""
+    return ("on" if value else "off") if isinstance(value, bool) else value
+
+
+ChatTemplateOption = Annotated[ChatTemplate, BeforeValidator(_switch_word)]  # a config field (``chat_template: on``)
 
 
 def _records(path: str | Path, fields: Sequence[str]) -> list[dict[str, Any]]:

@@ -31,18 +31,23 @@ from pathlib import Path
 from typing import Annotated, Callable, Literal, Sequence, Union
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .base import Checkable, Problem, score_response, select_answer, task_rule
 from .extract import answer_value
 from .judge import single_token, yes_scores
-from .text_answers import format_prompt
+from .text_answers import ChatTemplateOption, format_prompt
 
 VerifierFn = Callable[[Checkable, Sequence[Problem], Sequence[Sequence[tuple[int, ...]]]], object]
 
 
 class _Spec(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, ignored_types=(cached_property,))
+
+    def load(self) -> "_Spec":
+        """Read what the verifier needs (a checker's module, a judge's model) now, so that a bad one is refused
+        before a command writes anything; the kinds that read nothing return at once."""
+        return self
 
 
 def _answer(task: Checkable, response, rule: str | None):
@@ -89,6 +94,11 @@ def _is_model_folder(folder: Path) -> bool:
     return (folder / "config.json").is_file() or any(folder.glob("*.safetensors")) or any(folder.glob("*.bin"))
 
 
+def _holds_a_model(folder: Path) -> bool:
+    """A folder written by save_pretrained: its config and its weights."""
+    return (folder / "config.json").is_file() and (any(folder.glob("*.safetensors")) or any(folder.glob("*.bin")))
+
+
 class PythonChecker(_Spec):
     """A user's function, loaded from an explicit folder."""
 
@@ -104,6 +114,10 @@ class PythonChecker(_Spec):
             raise ValueError(f"function must be 'module:function' (e.g. 'my_checks:grade'), got {value!r}")
         return value
 
+    def load(self) -> "PythonChecker":
+        self.fn
+        return self
+
     @cached_property
     def fn(self) -> Callable:
         module, _, name = self.function.partition(":")
@@ -112,30 +126,44 @@ class PythonChecker(_Spec):
         file = file / "__init__.py" if file.is_dir() else file.with_suffix(".py")
         if not file.is_file():
             raise ValueError(f"python verifier: no module {module!r} in {root} (looked for {file})")
-        for folder in [file.parent, *file.parent.parents]:
-            if _is_model_folder(folder):
+        inside = [file.parent, *file.parent.parents]
+        for folder in inside:  # up to path, any sign of a model; above it, a saved model (config and weights)
+            below_root = folder == root or root in folder.parents
+            if _is_model_folder(folder) if below_root else _holds_a_model(folder):
                 raise ValueError(f"python verifier: {file} lies in a model folder ({folder}); checker code is loaded "
                                  f"only from the user's own modules, never from a model folder")
-            if folder == root:
-                break
         spec = importlib.util.spec_from_file_location(f"assocmem_user_checker_{module.replace('.', '_')}", file)
         loaded = importlib.util.module_from_spec(spec)
         sys.modules[spec.name] = loaded
-        spec.loader.exec_module(loaded)
+        try:
+            spec.loader.exec_module(loaded)
+        except (Exception, SystemExit) as err:  # the user's module: its failure is named, not a traceback of ours
+            sys.modules.pop(spec.name, None)
+            raise ValueError(f"python verifier {self.function}: importing {file} failed: {type(err).__name__}: "
+                             f"{err}") from None
         fn = getattr(loaded, name, None)
         if not callable(fn):
             raise ValueError(f"python verifier: {file} defines no function {name!r}")
         return fn
+
+    def grade(self, text: str, answer, info: dict):
+        """The user's function on one response (its failure: a ValueError naming the function and the error)."""
+        fn = self.fn
+        try:
+            return fn(text, answer, info)
+        except (Exception, SystemExit) as err:
+            raise ValueError(f"python verifier {self.function} (in {self.path}) failed on a response: "
+                             f"{type(err).__name__}: {err}") from None
 
     def __call__(self, task, problems, responses):
         out = []
         for p, group in zip(problems, responses):
             row = []
             for r in group:
-                value = self.fn(task.decode(r), _answer(task, r, None), dict(p.info))
-                if not isinstance(value, (bool, int, float, np.floating, np.integer)):
+                value = self.grade(task.decode(r), _answer(task, r, None), dict(p.info))
+                if not isinstance(value, (bool, int, float, np.floating, np.integer)) or not math.isfinite(value):
                     raise ValueError(f"python verifier {self.function} returned {type(value).__name__} {value!r:.40}; "
-                                     f"it must return a number or a bool")
+                                     f"it must return a finite number or a bool")
                 row.append(float(value))
             out.append(row)
         return out
@@ -154,7 +182,7 @@ class ModelJudge(_Spec):
     yes: str = Field(" Yes", description="the affirmative answer (one token of the judge's tokenizer)")
     no: str = Field(" No", description="the negative answer (one token)")
     score: Literal["yes_vs_no", "p_yes"] = Field("yes_vs_no", description="yes_vs_no: p(yes)/(p(yes)+p(no)); p_yes: p(yes)")
-    chat_template: Literal["auto", "on", "off"] = Field("auto", description="wrap the judge prompt in the judge "
+    chat_template: ChatTemplateOption = Field("auto", description="wrap the judge prompt in the judge "
                                                         "tokenizer's chat template (auto: when it has one)")
     batch_size: int = Field(16, ge=1, description="judge prompts per forward")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="where the judge runs")
@@ -164,7 +192,24 @@ class ModelJudge(_Spec):
     def _fields(cls, template: str) -> str:
         if "{response}" not in template:
             raise ValueError("the judge template must contain '{response}' (and may use {question}, {reference})")
+        try:
+            template.format(question="", response="", reference="")
+        except (KeyError, IndexError, ValueError) as err:
+            raise ValueError(f"the judge template {template!r:.80} is not a format string over {{question}}, "
+                             f"{{response}}, {{reference}} ({type(err).__name__}: {err}); write a literal brace as "
+                             f"{{{{ or }}}}") from None
         return template
+
+    @model_validator(mode="after")
+    def _two_answers(self) -> "ModelJudge":
+        if self.yes == self.no:
+            raise ValueError(f"yes and no are the same text {self.yes!r}: the judge's score compares two different "
+                             f"tokens (e.g. yes: ' Yes', no: ' No')")
+        return self
+
+    def load(self) -> "ModelJudge":
+        self.loaded
+        return self
 
     @cached_property
     def loaded(self):
@@ -173,10 +218,18 @@ class ModelJudge(_Spec):
 
         from ...models.hf_load import load_causal_lm, load_hf_tokenizer
 
-        if not Path(self.folder).is_dir():
-            raise ValueError(f"model verifier: {self.folder} is not a local model folder")
-        tokenizer = load_hf_tokenizer(self.folder, local_files_only=True)
-        model = load_causal_lm(self.folder, local_files_only=True)
+        folder = Path(self.folder)
+        if not folder.is_dir():
+            raise ValueError(f"model verifier: {self.folder} is not a local model folder (save_pretrained)")
+        if not (folder / "config.json").is_file():
+            raise ValueError(f"model verifier: {self.folder} holds no config.json, so it is not a model folder "
+                             f"written by save_pretrained (with its tokenizer)")
+        try:
+            tokenizer = load_hf_tokenizer(self.folder, local_files_only=True)
+            model = load_causal_lm(self.folder, local_files_only=True)
+        except (OSError, ValueError, KeyError) as err:
+            raise ValueError(f"model verifier: {self.folder} does not load as a causal LM with its tokenizer "
+                             f"({type(err).__name__}: {err})") from None
         device = "cuda" if self.device == "auto" and torch.cuda.is_available() else (
             "cpu" if self.device == "auto" else self.device)
         model.to(device).eval()
