@@ -196,16 +196,32 @@ def _verifier(args):
     return reward_fn(weights, defined)
 
 
-def _sequential(args, model, task, problems, settings, verifier) -> dict:
-    from assocmem.probes.sequential_tts import HFPolicy, run_sequential
-    from assocmem.training.text_files import encode_text
+def _sequential_checks(args, task, verifier) -> tuple[int, int]:
+    """The self-check's (yes id, no id) ((0, 0) with --check verifier), after refusing the flags sequential rounds
+    cannot run with; called before --out is written."""
     from assocmem.training.verifiable import TextAnswers
     from assocmem.training.verifiable.judge import single_token
 
     if not isinstance(task, TextAnswers):
         raise ValueError("--mode sequential/both needs --problems-file: the revision and verify prompts are text")
+    if args.check == "verifier":
+        if verifier is None:
+            raise ValueError("--check verifier needs a verifier: add --verifier NAME (e.g. --verifier correct), or "
+                             "use --check self")
+        return 0, 0
+    if not 0 <= args.threshold <= 1:
+        raise ValueError(f"--threshold {args.threshold}: the self-check score p(yes)/(p(yes)+p(no)) lies in [0, 1], so "
+                         f"the chains would {'never' if args.threshold > 1 else 'all'} stop; give a threshold in [0, 1]")
+    if args.yes == args.no:
+        raise ValueError(f"--yes and --no are the same text {args.yes!r}; the self-check compares two tokens")
+    return single_token(task.tokenizer, args.yes, "--yes"), single_token(task.tokenizer, args.no, "--no")
+
+
+def _sequential(args, model, task, problems, settings, verifier, yes_no: tuple[int, int]) -> dict:
+    from assocmem.probes.sequential_tts import HFPolicy, run_sequential
+    from assocmem.training.text_files import encode_text
+
     tok = task.tokenizer
-    yes_no = (single_token(tok, args.yes, "--yes"), single_token(tok, args.no, "--no")) if args.check == "self" else (0, 0)
     policy = HFPolicy(model, settings, task.eos_id, task.pad_id, *yes_no)
     return run_sequential(policy, task, problems, chains=args.chains, rounds=args.rounds, check=args.check,
                           revise_ids=encode_text(tok, args.revise_prompt), verify_ids=encode_text(tok, args.verify_prompt),
@@ -227,6 +243,7 @@ def _tts(args) -> Path:
     task, problems, where = _tts_problems(args, model)
     _check_vocab(model, task.vocab_size)
     verifier = _verifier(args)
+    yes_no = _sequential_checks(args, task, verifier) if args.mode in ("sequential", "both") else None
     out = probe_io.prepare_out(args.out, args.overwrite)
     settings = SamplingSettings(num_samples=args.samples, temperature=args.temperature, top_p=args.top_p,
                                 max_new_tokens=args.max_new_tokens or task.max_new_tokens,
@@ -239,7 +256,7 @@ def _tts(args) -> Path:
         save_samples(report, out / "samples.jsonl")
         save_tts_figure(report, out / "tts.png", title=title)
     if args.mode in ("sequential", "both"):
-        sequential = _sequential(args, model, task, problems, settings, verifier)
+        sequential = _sequential(args, model, task, problems, settings, verifier, yes_no)
         (out / "sequential.jsonl").write_text("".join(json.dumps(c) + "\n" for c in sequential.pop("chains_detail")))
         save_equal_compute_figure(report or None, sequential, out / "equal_compute.png", title=title)
     probe_io.write_json(out, "tts", {**info, "problems": where, "mode": args.mode,

@@ -89,7 +89,7 @@ def _problems_config(tmp_path: Path, data: dict) -> dict:
 SECTION_CASES = [c for c in field_cases(ProblemsFile, "data") if c[1] != "kind"] + [
     ("data.extractor", "extractor", "latex"), ("data.extractor", "extractor", 3),
     ("data.reference_extractor", "reference_extractor", "regex"),
-    ("data.chat_template", "chat_template", "maybe"), ("data.chat_template", "chat_template", True),
+    ("data.chat_template", "chat_template", "maybe"), ("data.chat_template", "chat_template", 2),
     ("data.prompt_template", "prompt_template", "Q: {question}"), ("data.prompt_template", "prompt_template", 5),
     ("data.prompt_field", "prompt_field", ["question"]), ("data.metadata_fields", "metadata_fields", "level"),
     ("data.path", "path", None), ("data.nonsense", "nonsense", 1)]
@@ -471,3 +471,247 @@ def test_the_documented_judge_and_chat_template_yaml_read_as_written(tmp_path):
                                                                  source="x"))).data
     assert data.chat_template == "on"
     assert load_yaml("{on: 1, off: 2, true: 3}", source="x") == {"on": 1, "off": 2, True: 3}
+
+
+# ============================================================================ sequential test-time scaling
+SEQUENTIAL_FLAGS = [  # (flags, words of the refusal)
+    (["--chains", "0"], ["--chains"]), (["--chains", "-2"], ["--chains"]), (["--chains", "1.5"], ["--chains"]),
+    (["--rounds", "-1"], ["--rounds"]), (["--rounds", "two"], ["--rounds"]),
+    (["--threshold", "nan"], ["--threshold"]), (["--threshold", "inf"], ["--threshold"]),
+    (["--threshold", "1.5"], ["--threshold"]), (["--threshold", "-0.2"], ["--threshold"]),
+    (["--check", "judge"], ["--check"]), (["--mode", "serial"], ["--mode"]),
+    (["--check", "verifier"], ["--verifier"]),
+    (["--yes", "Yes"], ["--yes"]), (["--no", ""], ["--no"]), (["--yes", "Y", "--no", "Y"], ["--yes", "--no"]),
+    (["--verifier", "correct", "--check", "verifier", "--rounds", "1", "--threshold", "nan"], ["--threshold"]),
+]
+SEQUENTIAL_CASES = ([("sequential", f, n) for f, n in SEQUENTIAL_FLAGS]
+                    + [("both", f, n) for f, n in SEQUENTIAL_FLAGS if f[0] not in ("--chains", "--rounds", "--mode")])
+
+
+@pytest.mark.parametrize("mode,flags,named", SEQUENTIAL_CASES, ids=[f"{m} {' '.join(f)}" for m, f, _ in SEQUENTIAL_CASES])
+def test_probe_tts_sequential_flags_are_refused_before_anything_runs(work, tmp_path, mode, flags, named):
+    _refused(_tts(work, tmp_path, "--mode", mode, "--yes", "Y", "--no", "N", *flags), *named)
+    assert not (tmp_path / "out").exists()
+
+
+def test_probe_tts_sequential_needs_text_problems(work, tmp_path):
+    _refused(["probe", "tts", str(work / "runs" / "sft"), "--task", "chain_sum", "--task-param", "num_digits=2",
+              "--mode", "sequential", "--samples", "1", "--num-problems", "2", "--max-new-tokens", "2",
+              "--out", str(tmp_path / "out")], "--problems-file")
+    assert not (tmp_path / "out").exists()
+
+
+# ============================================================================ mixtures and stages
+def _mixture(**data) -> dict:
+    base = {"kind": "mixture", "tokenizer": "bytes", "seq_len": 32,
+            "sources": {"math": {"files": ["corpus:math.jsonl"], "text_field": ["question", "answer"]},
+                        "prose": {"files": ["corpus:prose.txt"], "sample_by": "paragraph"}},
+            "weights": {"math": 1, "prose": 1}}
+    return {**base, **data}
+
+
+MIXTURE_CASES = [  # (case, data section changes, words in the refusal)
+    ("weight_negative", {"weights": {"math": -1, "prose": 1}}, ["data.weights", "math"]),
+    ("weights_all_zero", {"weights": {"math": 0, "prose": 0}}, ["data.weights"]),
+    ("weights_empty", {"weights": {}}, ["data.weights"]),
+    ("weight_nan", {"weights": {"math": math.nan, "prose": 1}}, ["weights"]),
+    ("weight_inf", {"weights": {"math": math.inf, "prose": 1}}, ["weights"]),
+    ("weight_text", {"weights": {"math": "lots", "prose": 1}}, ["weights"]),
+    ("weight_unknown_source", {"weights": {"code": 1}}, ["data.weights", "code"]),
+    ("weights_a_list", {"weights": [1, 1]}, ["weights"]),
+    ("seq_len_zero", {"seq_len": 0}, ["seq_len"]), ("seq_len_one", {"seq_len": 1}, ["seq_len"]),
+    ("seq_len_negative", {"seq_len": -8}, ["seq_len"]), ("seq_len_float", {"seq_len": 31.5}, ["seq_len"]),
+    ("stage_step_zero", {"stages": [{"step": 0}]}, ["stages", "step"]),
+    ("stage_step_negative", {"stages": [{"step": -3}]}, ["stages", "step"]),
+    ("stages_equal", {"stages": [{"step": 5}, {"step": 5}]}, ["data.stages[1].step=5"]),
+    ("stages_decreasing", {"stages": [{"step": 5}, {"step": 3}]}, ["data.stages[1].step=3"]),
+    ("stage_seq_len_zero", {"stages": [{"step": 5, "seq_len": 0}]}, ["stages", "seq_len"]),
+    ("stage_weights_zero", {"stages": [{"step": 5, "weights": {"math": 0, "prose": 0}}]}, ["data.stages[0].weights"]),
+    ("stage_weight_negative", {"stages": [{"step": 5, "weights": {"math": -1}}]}, ["data.stages[0].weights"]),
+    ("stage_unknown_source", {"stages": [{"step": 5, "weights": {"code": 1}}]}, ["data.stages[0].weights", "code"]),
+    ("stage_extra_key", {"stages": [{"step": 5, "lr": 1}]}, ["lr"]),
+    ("stages_not_a_list", {"stages": "later"}, ["stages"]),
+    ("no_sources", {"sources": {}, "weights": {}}, ["data.sources"]),
+    ("source_neither", {"sources": {"math": {}, "prose": {"files": ["corpus:prose.txt"]}}}, ["files", "dataset"]),
+    ("source_both", {"sources": {"math": {"files": ["a.txt"], "dataset": "d"}, "prose": {"files": ["b.txt"]}}},
+     ["files", "dataset"]),
+    ("source_split_on_files", {"sources": {"math": {"files": ["a.txt"], "split": "train"},
+                                           "prose": {"files": ["b.txt"]}}}, ["split"]),
+    ("text_field_empty", {"sources": {"math": {"files": ["a.jsonl"], "text_field": []},
+                                      "prose": {"files": ["b.txt"]}}}, ["text_field"]),
+    ("sample_by", {"sources": {"math": {"files": ["a.txt"], "sample_by": "sentence"},
+                               "prose": {"files": ["b.txt"]}}}, ["sample_by"]),
+    ("eval_fraction_one", {"eval_fraction": 1.0}, ["eval_fraction"]),
+    ("eval_fraction_negative", {"eval_fraction": -0.1}, ["eval_fraction"]),
+    ("documents", {"documents": "mixed"}, ["documents"]),
+]
+
+
+@pytest.mark.parametrize("case,change,named", MIXTURE_CASES, ids=[c for c, _, _ in MIXTURE_CASES])
+def test_a_bad_mixture_section_is_refused_naming_the_field(tmp_path, case, change, named):
+    with pytest.raises(ConfigError) as err:
+        config_from_dict(_problems_config(tmp_path, _mixture(**change)))
+    for word in named:
+        assert word in str(err.value), str(err.value)
+
+
+def _mixture_source_case(tmp_path: Path, case: str) -> tuple[dict, list[str]]:
+    """(the source 'mine' of a mixture, words of its refusal) for a source whose content is bad."""
+    def write(name, content):
+        path = tmp_path / name
+        (path.write_bytes if isinstance(content, bytes) else path.write_text)(content)
+        return str(path)
+
+    if case == "not_a_dataset":
+        (tmp_path / "folder").mkdir()
+        (tmp_path / "folder" / "notes.txt").write_text("hello")
+        return {"dataset": str(tmp_path / "folder")}, ["data.sources.mine", "folder", "save_to_disk"]
+    if case == "dataset_is_a_file":
+        return {"dataset": write("d.txt", "hello")}, ["data.sources.mine", "d.txt"]
+    if case == "dataset_missing":
+        return {"dataset": str(tmp_path / "gone")}, ["data.sources.mine", "gone"]
+    if case == "dataset_bad_split":
+        import datasets
+
+        datasets.DatasetDict({"train": datasets.Dataset.from_dict({"text": ["a b c"]})}).save_to_disk(tmp_path / "dd")
+        return {"dataset": str(tmp_path / "dd"), "split": "valid"}, ["data.sources.mine", "valid", "train"]
+    return {
+        "empty": ({"files": [write("e.txt", "")]}, ["data.sources.mine", "e.txt", "empty"]),
+        "binary": ({"files": [write("b.txt", b"\x00\xff\x00" * 50)]}, ["data.sources.mine", "b.txt"]),
+        "latin1": ({"files": [str(_latin(tmp_path))]}, ["data.sources.mine", "latin.txt", "UTF-8"]),
+        "missing": ({"files": [str(tmp_path / "nope.txt")]}, ["data.sources.mine", "nope.txt"]),
+        "corpus_unknown": ({"files": ["corpus:nothing.txt"]}, ["corpus:nothing.txt"]),
+        "wrong_field": ({"files": [write("r.jsonl", '{"body": "x"}\n')]}, ["data.sources.mine", "text_field"]),
+        "number_field": ({"files": [write("n.jsonl", '{"text": "a"}\n{"text": 5}\n')]}, ["data.sources.mine", "text"]),
+        "mixed_suffixes": ({"files": [write("a.txt", "x" * 99), write("a.jsonl", '{"text": "y"}\n')]},
+                           ["data.sources.mine", "one format"]),
+        "too_short": ({"files": [write("s.txt", "hi")]}, ["data.sources.mine", "seq_len"]),
+    }[case]
+
+
+def _latin(tmp_path: Path) -> Path:
+    path = tmp_path / "latin.txt"
+    path.write_bytes(("caf\u00e9 au lait " * 20).encode("latin-1"))
+    return path
+
+
+MIXTURE_SOURCE_CASES = ["not_a_dataset", "dataset_is_a_file", "dataset_missing", "dataset_bad_split", "empty", "binary",
+                        "latin1", "missing", "corpus_unknown", "wrong_field", "number_field", "mixed_suffixes",
+                        "too_short"]
+
+
+@pytest.mark.parametrize("case", MIXTURE_SOURCE_CASES)
+def test_train_refuses_a_bad_mixture_source_and_leaves_nothing(tmp_path, case):
+    source, named = _mixture_source_case(tmp_path, case)
+    data = _mixture(sources={"mine": source, "prose": {"files": ["corpus:prose.txt"], "sample_by": "paragraph"}},
+                    weights={"mine": 1, "prose": 1})
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump(_problems_config(tmp_path, data)))
+    _refused(["train", str(config)], *named)
+    assert not (tmp_path / "runs" / "p").exists()
+
+
+def test_a_stage_that_draws_a_source_too_short_for_its_seq_len_is_named(tmp_path):
+    (tmp_path / "s.txt").write_text("short text, forty-some bytes in all.\n")
+    data = _mixture(sources={"mine": {"files": [str(tmp_path / "s.txt")]},
+                             "prose": {"files": ["corpus:prose.txt"], "sample_by": "paragraph"}},
+                    weights={"mine": 0, "prose": 1}, seq_len=16, stages=[{"step": 1, "seq_len": 256, "weights": {"mine": 1}}])
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump(_problems_config(tmp_path, data)))
+    _refused(["train", str(config), "--set", "train.steps=2"], "data.sources.mine", "seq_len=256", "stage 1")
+    assert not (tmp_path / "runs" / "p").exists()
+
+
+# ============================================================================ recipes
+@pytest.mark.parametrize("argv,named", [
+    (["train", "recipes/nope"], ["recipes/nope"]),
+    (["train", "recipes/nope", "--smoke"], ["recipes/nope"]),
+    (["rl", "recipes/nope"], ["recipes/nope"]),
+    (["distill", "recipes/nope"], ["recipes/nope"]),
+    (["train", "recipes/thesis_150m_pretrain", "--smoke", "--seeds", "2"], ["--smoke", "--seeds"]),
+    (["train", "recipes/thesis_150m_pretrain", "--smoke", "--set", "train.steps=0"], ["train.steps"]),
+    (["train", "recipes/thesis_150m_pretrain", "--smoke", "--set", "data.seq_len=0"], ["data.seq_len"]),
+    (["train", "recipes/thesis_150m_pretrain", "--smoke", "--set", "data.weights={math: 0, prose: 0}"], ["data.weights"]),
+    (["train", "recipes/thesis_150m_pretrain", "--smoke", "--set", "data.stages=[{step: 3}, {step: 2}]"],
+     ["data.stages[1].step=2"]),
+    (["rl", "recipes/nautile_rl_balanced", "--smoke", "--set", "rollout.group_size=0"], ["rollout.group_size"]),
+    (["distill", "recipes/thesis_table_3_2_distill", "--smoke", "--set", "stages=[]"], ["stages"]),
+    (["train", "recipes/thesis_150m_lr_wd_sweep", "--smoke", "--set", "sweep.axes={}"], ["sweep"]),
+], ids=lambda v: " ".join(v)[:60] if isinstance(v, list) else None)
+def test_recipes_with_bad_names_or_overrides(tmp_path, argv, named, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _refused([*argv, "--set", f"output_dir={tmp_path / 'runs'}"], *named)
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+@pytest.mark.parametrize("smoke,named", [
+    (None, ["smoke"]), ([1, 2], ["smoke"]), ("tiny", ["smoke"]), ({"train.steps": -1}, ["train.steps"]),
+    ({"nonsense.key": 1}, ["nonsense"]),
+], ids=["no_section", "list", "text", "bad_value", "unknown_key"])
+def test_smoke_sections_that_are_not_right(tmp_path, smoke, named):
+    cfg = _problems_config(tmp_path, {"kind": "mqar", "seq_len": 16, "num_kv_pairs": 2, "vocab_size": 32,
+                                      "num_train": 8, "num_eval": 4})
+    if smoke is not None:
+        cfg["smoke"] = smoke
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+    _refused(["train", str(tmp_path / "c.yaml"), "--smoke"], *named)
+    assert not (tmp_path / "runs").exists()
+
+
+# ============================================================================ latent attention and Newton
+def _latent_cases():
+    from assocmem.memories.optimizer import Newton
+    from assocmem.mixers.spec import LatentOptions
+
+    return ([("latent", name, v) for _, name, v in field_cases(LatentOptions, "latent")]
+            + [("latent", "rope_dim", v) for v in (3, 1, 0)]
+            + [("newton", name, v) for _, name, v in field_cases(Newton, "optimizer") if name != "kind"])
+
+
+LATENT_CASES = _latent_cases()
+
+
+def _spec_with(where: str, name: str, value) -> dict:
+    if where == "latent":
+        data = get_preset("mla").model_dump(mode="json")
+        data["layer"]["attention"]["latent"][name] = value
+    else:
+        data = get_preset("gated_deltanet").model_dump(mode="json")
+        data["optimizer"] = {"kind": "newton", name: value}
+    return data
+
+
+@pytest.mark.parametrize("where,name,value", LATENT_CASES, ids=[f"{w}.{n}={v!r}" for w, n, v in LATENT_CASES])
+def test_bad_latent_attention_and_newton_values_are_refused(where, name, value):
+    with pytest.raises(ValidationError) as err:
+        MixerSpec.model_validate(_spec_with(where, name, value))
+    assert name in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("where,name,value", LATENT_CASES[::3], ids=[f"{w}.{n}={v!r}" for w, n, v in LATENT_CASES[::3]])
+def test_derive_names_a_bad_latent_or_newton_field(tmp_path, where, name, value):
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(_spec_with(where, name, value)))
+    _refused(["derive", str(path)], str(path), name)
+
+
+@pytest.mark.parametrize("key,value", [
+    ("layer.attention.latent.kv_rank", "0"), ("layer.attention.latent.kv_rank", "-4"),
+    ("layer.attention.latent.q_rank", "0"), ("layer.attention.latent.rope_dim", "7"),
+    ("layer.attention.latent.rope_dim", "0"), ("layer.attention.latent.absorb", "sometimes"),
+    ("layer.attention.kind", "sparse"), ("layer.attention.num_kv_heads", "2"),
+    ("optimizer", "{kind: newton, damping: -1}"), ("optimizer", "{kind: newton, cg_steps: 0}"),
+    ("optimizer", "{kind: newton, lr: .nan}"), ("optimizer", "{kind: newton, steps: 0}"),
+    ("optimizer", "{kind: newton, damping: lots}"),
+])
+def test_train_set_on_an_mla_or_newton_layer_names_the_field(tmp_path, key, value):
+    layer = get_preset("mla" if key.startswith("layer") else "deltanet").model_dump(mode="json")
+    layer["layer"].update(num_heads=2, head_dim=8, value_dim=8) if "value_dim" in layer["layer"] else \
+        layer["layer"].update(num_heads=2, head_dim=8)
+    cfg = _problems_config(tmp_path, {"kind": "mqar", "seq_len": 16, "num_kv_pairs": 2, "vocab_size": 32,
+                                      "num_train": 8, "num_eval": 4})
+    cfg["model"] = {"hybrid": {"d_model": 16, "layers": [layer], "num_heads": 2, "mlp_ratio": 0}}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+    _refused(["train", str(tmp_path / "c.yaml"), "--set", f"model.hybrid.layers[0].{key}={value}"],
+             key.split(".")[-1] if key != "optimizer" else value.split()[-2].rstrip(":"))
+    assert not (tmp_path / "runs").exists()

@@ -504,9 +504,22 @@ def check_keys(cls: type[BaseModel], data: Any, where: str = "config") -> None:
             check_keys(sub, value, f"{where}.{key}")
 
 
-def _format(err: ValidationError) -> str:
-    lines = [f"  {'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}" for e in err.errors()]
+def _format(err: ValidationError, data: Any = None) -> str:
+    lines = [f"  {'.'.join(str(p) for p in _config_keys(e['loc'], data)) or '(top)'}: {e['msg']}" for e in err.errors()]
     return "invalid config:\n" + "\n".join(lines)
+
+
+def _config_keys(loc: tuple, data: Any) -> list:
+    """The keys of an error's place as the config spells them: pydantic puts the ``kind`` of a tagged section
+    into the place (data.mixture.seq_len), which the file does not hold (data.seq_len)."""
+    keys, node = [], data
+    for part in loc:
+        if isinstance(node, dict) and part not in node and node.get("kind") == part:
+            continue  # the section's kind, chosen by its tag
+        keys.append(part)
+        node = node.get(part) if isinstance(node, dict) else (
+            node[part] if isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node) else None)
+    return keys
 
 
 # ---------------------------------------------------------------- overrides
@@ -573,7 +586,7 @@ def config_from_dict(data: dict) -> TrainConfig:
     try:
         return TrainConfig.model_validate(data)
     except ValidationError as err:
-        raise ConfigError(_format(err)) from None
+        raise ConfigError(_format(err, data)) from None
 
 
 def load_config(path: str | Path, overrides: list[str] | None = None, *, smoke: bool = False) -> TrainConfig:
