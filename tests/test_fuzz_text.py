@@ -92,7 +92,9 @@ SECTION_CASES = [c for c in field_cases(ProblemsFile, "data") if c[1] != "kind"]
     ("data.chat_template", "chat_template", "maybe"), ("data.chat_template", "chat_template", 2),
     ("data.prompt_template", "prompt_template", "Q: {question}"), ("data.prompt_template", "prompt_template", 5),
     ("data.prompt_field", "prompt_field", ["question"]), ("data.metadata_fields", "metadata_fields", "level"),
-    ("data.path", "path", None), ("data.nonsense", "nonsense", 1)]
+    ("data.path", "path", None), ("data.nonsense", "nonsense", 1),
+    ("data.prompt_template", "prompt_template", "{prompt} {x}"), ("data.prompt_template", "prompt_template", "{prompt} {}"),
+    ("data.prompt_template", "prompt_template", "{prompt} }"), ("data.prompt_template", "prompt_template", "{prompt!z}")]
 
 
 @pytest.mark.parametrize("key,name,value", SECTION_CASES, ids=[f"{k}={v!r}"[:50] for k, _, v in SECTION_CASES])
@@ -211,6 +213,9 @@ def _rl_config(work: Path, tmp_path: Path, *, data: dict | None = None, rollout:
     (["data.extractor=boxed"], ["record 0", "boxed"]),
     (["data.prompt_field=problem"], ["problem", "prompt_field"]),
     (["data.metadata_fields=[level]"], ["level"]),
+    (["data.num_train=100"], ["data.num_train=100", "gsm.jsonl"]),
+    (["data.num_eval=2", "data.num_train=5"], ["data.num_train=5", "num_eval=2"]),
+    (["data.tokenizer=" + __file__], ["tokenizer"]),
 ], ids=lambda v: str(v)[:40])
 def test_train_on_a_problem_file_with_bad_options(work, tmp_path, overrides, named):
     config = tmp_path / "c.yaml"
@@ -224,6 +229,8 @@ def test_train_on_a_problem_file_with_bad_options(work, tmp_path, overrides, nam
     (["--reference-extractor", "regex"], ["regex", "extractor"]),
     (["--prompt-template", "Q: {question}"], ["prompt_template", "{prompt}"]),
     (["--prompt-template", "Q: {prompt"], ["prompt"]),
+    (["--prompt-template", "Q: {prompt} {x}"], ["prompt_template", "{x}"]),
+    (["--prompt-template", "Q: {prompt} }"], ["prompt_template"]),
     (["--chat-template", "always"], ["--chat-template"]),
     (["--chat-template", "on"], ["chat_template"]),
     (["--tokenizer", "no/such/folder"], ["tokenizer"]),

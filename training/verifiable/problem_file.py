@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from .base import Problem
 from .extract import EXTRACTORS
-from .text_answers import ChatTemplateOption, TextAnswers
+from .text_answers import ChatTemplateOption, TextAnswers, check_prompt_template
 
 
 class ProblemsFile(BaseModel):
@@ -58,9 +58,7 @@ class ProblemsFile(BaseModel):
     @field_validator("prompt_template")
     @classmethod
     def _has_slot(cls, template: str) -> str:
-        if "{prompt}" not in template:
-            raise ValueError(f"prompt_template must contain '{{prompt}}', got {template!r}")
-        return template
+        return check_prompt_template(template)
 
     @model_validator(mode="after")
     def _one_held_out_source(self) -> "ProblemsFile":
@@ -97,6 +95,10 @@ class ProblemsFile(BaseModel):
                 raise ValueError(f"{self.path} has {len(problems)} problems; num_eval={self.num_eval} leaves none "
                                  f"to train on")
             problems, held_out = problems[:len(problems) - self.num_eval], problems[len(problems) - self.num_eval:]
+        if self.num_train is not None and self.num_train > len(problems):
+            raise ValueError(f"data.num_train={self.num_train}, but {self.path} has {len(problems)} training problems"
+                             f"{f' after num_eval={self.num_eval}' if self.num_eval else ''}; lower num_train or "
+                             f"leave it out (all)")
         return problems[:self.num_train], held_out
 
     # ------------------------------------------------------------ Checkable, from the loaded set

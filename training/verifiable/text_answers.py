@@ -55,6 +55,18 @@ def _records(path: str | Path, fields: Sequence[str]) -> list[dict[str, Any]]:
     return records
 
 
+def check_prompt_template(template: str) -> str:
+    """``template`` if it is a format string whose one field is ``{prompt}``, else a ValueError saying why."""
+    if "{prompt}" not in template:
+        raise ValueError(f"prompt_template must contain '{{prompt}}', got {template!r}")
+    try:
+        template.format(prompt="")
+    except (KeyError, IndexError, ValueError) as err:
+        raise ValueError(f"prompt_template {template!r:.80} is not a format string whose one field is {{prompt}} "
+                         f"({type(err).__name__}: {err}); write a literal brace as {{{{ or }}}}") from None
+    return template
+
+
 def format_prompt(tokenizer, question: str, *, template: str = "{prompt}", chat_template: ChatTemplate = "auto",
                   system_prompt: str | None = None) -> str:
     """The prompt text a model reads: ``template`` filled, then the tokenizer's chat template when it has one
@@ -80,8 +92,7 @@ class TextAnswers:
                  prompt_template: str = "{prompt}", max_new_tokens: int = 256, extractor: str = "gsm8k",
                  reference_extractor: str | None = None, metadata_fields: Sequence[str] = (),
                  chat_template: ChatTemplate = "auto", system_prompt: str | None = None):
-        if "{prompt}" not in prompt_template:
-            raise ValueError(f"prompt_template must contain '{{prompt}}', got {prompt_template!r}")
+        check_prompt_template(prompt_template)
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         if chat_template not in ("auto", "on", "off"):
