@@ -722,3 +722,59 @@ def test_train_set_on_an_mla_or_newton_layer_names_the_field(tmp_path, key, valu
     _refused(["train", str(tmp_path / "c.yaml"), "--set", f"model.hybrid.layers[0].{key}={value}"],
              key.split(".")[-1] if key != "optimizer" else value.split()[-2].rstrip(":"))
     assert not (tmp_path / "runs").exists()
+
+
+# ============================================================================ tokenizer folders
+def _tokenizer_case(tmp_path: Path, case: str) -> tuple[str, list[str], Path | None]:
+    """(--tokenizer value, words of its refusal, a marker that custom code would write) per bad tokenizer."""
+    if case == "remote_code":
+        folder, marker = _remote_code_judge(tmp_path)
+        return str(folder), [str(folder)], marker
+    if case == "empty_folder":
+        (tmp_path / "tok").mkdir()
+        return str(tmp_path / "tok"), ["tok"], None
+    if case == "a_file":
+        (tmp_path / "tok.json").write_text("{}")
+        return str(tmp_path / "tok.json"), ["tok.json"], None
+    if case == "broken_json":
+        (tmp_path / "tok").mkdir()
+        (tmp_path / "tok" / "tokenizer_config.json").write_text("{not json")
+        return str(tmp_path / "tok"), ["tok"], None
+    return str(tmp_path / "nowhere"), ["nowhere"], None
+
+
+TOKENIZER_CASES = ["remote_code", "empty_folder", "a_file", "broken_json", "missing"]
+
+
+@pytest.mark.parametrize("case", TOKENIZER_CASES)
+def test_probe_tts_refuses_a_bad_tokenizer_folder(work, tmp_path, case):
+    tokenizer, named, marker = _tokenizer_case(tmp_path, case)
+    _refused(_tts(work, tmp_path, "--tokenizer", tokenizer), *named)
+    assert marker is None or not marker.exists()
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("case", TOKENIZER_CASES)
+def test_train_refuses_a_bad_tokenizer_in_a_problems_or_mixture_section(work, tmp_path, case):
+    tokenizer, named, marker = _tokenizer_case(tmp_path, case)
+    for data in ({"kind": "problems", "path": str(work / "gsm.jsonl"), "tokenizer": tokenizer},
+                 _mixture(tokenizer=tokenizer)):
+        (tmp_path / "c.yaml").write_text(yaml.safe_dump(_problems_config(tmp_path, data)))
+        _refused(["train", str(tmp_path / "c.yaml")], *named)
+        assert not (tmp_path / "runs" / "p").exists()
+    assert marker is None or not marker.exists()
+
+
+def test_eval_problems_reads_the_file_as_the_run_read_its_own(tmp_path):
+    """Before: eval --problems took the default fields and prompt format, not the ones the run was trained with
+    (a run trained on 'Q: {prompt}' was evaluated on bare prompts)."""
+    from assocmem.training.evaluate import problems_section
+
+    trained = ProblemsFile(path="train.jsonl", num_eval=3, num_train=10, prompt_field="problem", answer_field="solution",
+                           extractor="boxed", prompt_template="Q: {prompt}\nA:", chat_template="off",
+                           system_prompt="Be brief.", max_new_tokens=9, tokenizer="bytes")
+    section = problems_section(tmp_path / "test.jsonl", trained)
+    assert section == {**trained.model_dump(mode="json", exclude={"num_train", "num_eval"}), "kind": "problems",
+                       "path": str(tmp_path / "test.jsonl"), "eval_path": str(tmp_path / "test.jsonl")}
+    assert problems_section("t.jsonl", config_from_dict(_problems_config(tmp_path, _mixture())).data) == {
+        "kind": "problems", "tokenizer": "bytes", "path": "t.jsonl", "eval_path": "t.jsonl"}

@@ -40,9 +40,12 @@ def data_section(path: str | Path) -> dict:
 
 
 def problems_section(path: str | Path, trained_data) -> dict:
-    """A ``data:`` section that evaluates on the whole problem file ``path`` with the run's tokenizer."""
-    return {"kind": "problems", "path": str(path), "eval_path": str(path),
-            "tokenizer": getattr(trained_data, "tokenizer", "bytes")}
+    """A ``data:`` section that evaluates on the whole problem file ``path`` with the run's tokenizer; a run
+    trained on a problem file also lends its fields, extractors and prompt format (the prompts it learnt)."""
+    section = {"kind": "problems", "tokenizer": getattr(trained_data, "tokenizer", "bytes")}
+    if isinstance(trained_data, ProblemsFile):
+        section = trained_data.model_dump(mode="json", exclude={"num_train", "num_eval"})
+    return {**section, "kind": "problems", "path": str(path), "eval_path": str(path)}
 
 
 def answer_accuracy(model, task, problems, *, batch_size: int) -> dict:
