@@ -86,7 +86,8 @@ COMPILABLE = frozenset({"chunk", "prefix_sum", "selective_scan"})
 
 def _derived_step(spec: MixerSpec, compile: bool) -> Callable:
     derive(spec)  # validates the axes
-    return RecurrentStep(spec, compile=compile)
+    # torch.compile does not trace Newton's Hessian-vector products (jvp of grad) under vmap: its scan stays eager
+    return RecurrentStep(spec, compile=compile and spec.optimizer.kind != "newton")
 
 
 @dataclass(frozen=True)

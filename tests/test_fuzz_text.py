@@ -778,3 +778,36 @@ def test_eval_problems_reads_the_file_as_the_run_read_its_own(tmp_path):
                        "path": str(tmp_path / "test.jsonl"), "eval_path": str(tmp_path / "test.jsonl")}
     assert problems_section("t.jsonl", config_from_dict(_problems_config(tmp_path, _mixture())).data) == {
         "kind": "problems", "tokenizer": "bytes", "path": "t.jsonl", "eval_path": "t.jsonl"}
+
+
+def _newton_presets() -> list[str]:
+    from assocmem.mixers import list_presets
+
+    out = []
+    for name in list_presets():
+        data = get_preset(name).model_dump(mode="json")
+        data["optimizer"] = {"kind": "newton", "damping": 0.1}
+        try:
+            MixerSpec.model_validate(data)
+        except ValidationError:
+            continue  # the spec names why (closed-form biases, entry gates, ℓ1 retention, the normaliser)
+        out.append(name)
+    return out
+
+
+@pytest.mark.parametrize("name", _newton_presets())
+def test_every_preset_that_takes_newton_runs_as_a_layer(name):
+    """Before: the scan form torch.compile'd Newton's Hessian-vector products under vmap and failed with a raw
+    TorchRuntimeError from Dynamo on every preset."""
+    import torch
+
+    from assocmem.mixers.layer import build_mixer
+
+    data = get_preset(name).model_dump(mode="json")
+    data["optimizer"] = {"kind": "newton", "damping": 0.1}
+    torch.manual_seed(0)
+    layer = build_mixer(MixerSpec.model_validate(data), 16)
+    x = torch.randn(1, 3, 16, requires_grad=True)
+    y, _ = layer(x)
+    y.sum().backward()
+    assert y.shape == (1, 3, 16) and bool(torch.isfinite(y).all()) and bool(torch.isfinite(x.grad).all())
