@@ -811,3 +811,30 @@ def test_every_preset_that_takes_newton_runs_as_a_layer(name):
     y, _ = layer(x)
     y.sum().backward()
     assert y.shape == (1, 3, 16) and bool(torch.isfinite(y).all()) and bool(torch.isfinite(x.grad).all())
+
+
+@pytest.mark.parametrize("case", ["raises_on_system", "syntax_error", "undefined_filter"])
+def test_a_chat_template_that_fails_is_named(work, tmp_path, case):
+    """A tokenizer folder whose chat template refuses a system turn (as Gemma's does) or does not parse."""
+    from assocmem.training.text_files import byte_tokenizer_fast
+
+    tok = byte_tokenizer_fast()
+    tok.chat_template = {
+        "raises_on_system": "{% for m in messages %}{% if m['role'] == 'system' %}{{ raise_exception('System role not "
+                            "supported') }}{% endif %}{{ m['content'] }}{% endfor %}",
+        "syntax_error": "{% for m in messages %}{{ m['content'] }",
+        "undefined_filter": "{% for m in messages %}{{ m['content'] | shout }}{% endfor %}"}[case]
+    tok.save_pretrained(tmp_path / "tok")
+    _refused(_tts(work, tmp_path, "--tokenizer", str(tmp_path / "tok"), "--system-prompt", "Be brief."),
+             "chat template", "--chat-template off" if case != "raises_on_system" else "System role not supported")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_judge_on_cuda_without_a_gpu_is_named(work, tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    spec = f"judge={{kind: model, folder: '{_judge(tmp_path)}', yes: Y, no: N, device: cuda}}"
+    _refused(_tts(work, tmp_path, "--verifier", "judge", "--verifier-spec", spec), "device", "cuda")
+    assert not (tmp_path / "out").exists()

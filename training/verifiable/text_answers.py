@@ -82,7 +82,15 @@ def format_prompt(tokenizer, question: str, *, template: str = "{prompt}", chat_
         return text
     turns = ([{"role": "system", "content": system_prompt}] if system_prompt else []) + [
         {"role": "user", "content": text}]
-    return tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True)
+    import jinja2
+
+    try:
+        return tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True)
+    except jinja2.TemplateError as err:  # the tokenizer folder's template (a syntax error, a refused system turn)
+        raise ValueError(f"the tokenizer's chat template ({getattr(tokenizer, 'name_or_path', '') or 'in memory'}) "
+                         f"failed on a prompt{' with a system prompt' if system_prompt else ''}: "
+                         f"{type(err).__name__}: {err}; fix the template, leave out the system prompt, or set "
+                         f"chat_template: off (--chat-template off)") from None
 
 
 class TextAnswers:

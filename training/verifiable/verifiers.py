@@ -219,6 +219,9 @@ class ModelJudge(_Spec):
         from ...models.hf_load import load_causal_lm, load_hf_tokenizer
 
         folder = Path(self.folder)
+        if self.device == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"model verifier {self.folder}: device: cuda, but torch sees no CUDA device; use device: "
+                             f"auto (a GPU when there is one) or cpu")
         if not folder.is_dir():
             raise ValueError(f"model verifier: {self.folder} is not a local model folder (save_pretrained)")
         if not (folder / "config.json").is_file():
