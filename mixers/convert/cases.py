@@ -171,6 +171,15 @@ def _mamba(dtype: torch.dtype, seed: int) -> Reference:
 # ------------------------------------------------------------------ attention (Llama, Qwen2, Qwen3)
 
 
+def _rotary_run(layer, rotary):
+    """run(x [B, T, d], start, cache) of a transformers attention layer that takes its RoPE as
+    position_embeddings: positions start .. start + T - 1."""
+    def run(x, start, cache):
+        pos = torch.arange(start, start + x.shape[1], device=x.device)[None]
+        return call_with_cache(layer, x, position_embeddings=rotary(x, pos), attention_mask=None, cache=cache)[0]
+    return run
+
+
 def _attention(family: str, prefix: str, **options):
     def build(dtype: torch.dtype, seed: int) -> Reference:
         import transformers
@@ -184,15 +193,11 @@ def _attention(family: str, prefix: str, **options):
         rotary = getattr(module, f"{prefix}RotaryEmbedding")(cfg)
         rotary.inv_freq = rotary.compute_default_rope_parameters(cfg)[0]  # float64 under float64_retyped
 
-        def run(x, start, cache):
-            pos = torch.arange(start, start + x.shape[1], device=x.device)[None]
-            return call_with_cache(layer, x, position_embeddings=rotary(x, pos), attention_mask=None, cache=cache)[0]
-
         def states(cache, ours):
             keys, values = attention_states(cache, 0)
             return [("keys", ours.keys, keys), ("values", ours.values, values)]
 
-        return Reference(layer, run, lambda x: transformers.DynamicCache(config=cfg), states)
+        return Reference(layer, _rotary_run(layer, rotary), lambda x: transformers.DynamicCache(config=cfg), states)
     return build
 
 
@@ -213,16 +218,12 @@ def _deepseek_v3(q_rank: int | None, interleave: bool):
         rotary = module.DeepseekV3RotaryEmbedding(cfg)
         rotary.inv_freq = rotary.compute_default_rope_parameters(cfg)[0]  # float64 under float64_retyped
 
-        def run(x, start, cache):
-            pos = torch.arange(start, start + x.shape[1], device=x.device)[None]
-            return call_with_cache(layer, x, position_embeddings=rotary(x, pos), attention_mask=None, cache=cache)[0]
-
         def states(cache, ours):
             """Its cache keeps [B, 1, N, d_c] latents as keys and [B, 1, N, d_R] rotated keys as values."""
             latent, rope_keys = attention_states(cache, 0)
             return [("latent", ours.latent, latent[:, 0]), ("rope_keys", ours.rope_keys, rope_keys[:, 0])]
 
-        return Reference(layer, run, lambda x: transformers.DynamicCache(config=cfg), states)
+        return Reference(layer, _rotary_run(layer, rotary), lambda x: transformers.DynamicCache(config=cfg), states)
     return build
 
 
