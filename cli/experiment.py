@@ -13,7 +13,8 @@ import importlib
 
 ANNEX = "assocmem.probes.experiments"
 # `assocmem experiment NAME` for each, in this order (modules of the annex)
-EXPERIMENTS = ("hybrid", "rl", "tts", "niah", "distill", "wiola", "wiola_claims", "grokking", "leak", "dt_stability")
+EXPERIMENTS = ("hybrid", "rl", "tts", "niah", "distill", "wiola", "wiola_claims", "grokking", "leak", "dt_stability",
+               "text_demo")
 
 
 class _ExperimentParser(argparse.ArgumentParser):
