@@ -3,7 +3,7 @@
 Every template below was written for this project; the files are generated from them with a fixed
 seed, so running the script again rewrites the same bytes (a test checks it).
 
-    train.jsonl   word problems {"question", "answer"}: a start count and one to three events that add
+    train.jsonl   word problems {"question", "answer"}: a start count and one or two events that add
                   or take away, the answer a worked solution in GSM8K's format (one line per step,
                   last line "#### <number>"); after them, revision records: the question, a wrong
                   solution and REVISE, answered by the right solution (what a revision round asks)
@@ -25,7 +25,7 @@ NUM_TRAIN = 400
 NUM_REVISIONS = 100
 NUM_TEST = 50
 CORPUS_PARAGRAPHS = 600
-MAX_COUNT = 30          # every count stays in 0..MAX_COUNT
+MAX_COUNT = 20          # every count stays in 0..MAX_COUNT
 REVISE = "\nThat is wrong. Try again."   # after a rejected solution; a revision round appends it and "\n"
 
 NAMES = ["Ada", "Ben", "Cleo", "Dev", "Eva", "Finn", "Gia", "Hal", "Ivy", "Jon", "Kai", "Lea", "Max", "Noa",
@@ -33,7 +33,7 @@ NAMES = ["Ada", "Ben", "Cleo", "Dev", "Eva", "Finn", "Gia", "Hal", "Ivy", "Jon",
 THINGS = ["apples", "shells", "coins", "stamps", "books", "cards", "pens", "eggs", "beads", "rocks"]
 GAIN = ["{n} buys {b} more.", "{n} finds {b} more.", "{f} gives {n} {b} more.", "{n} wins {b} more."]
 LOSS = ["{n} gives {b} to {f}.", "{n} loses {b}.", "{n} sells {b}.", "{f} takes {b} of them."]
-QUESTION = "How many {t} does {n} have now?"
+QUESTION = "How many {t} now?"
 PROSE_GAIN = ["Then {n} bought {b} more, so {n} had {c}.", "Later {n} found {b} more and had {c}.",
               "{f} gave {n} {b} more, which made {c}."]
 PROSE_LOSS = ["Then {n} gave {b} to {f} and had {c} left.", "Later {n} lost {b}, leaving {c}.",
@@ -41,10 +41,10 @@ PROSE_LOSS = ["Then {n} gave {b} to {f} and had {c} left.", "Later {n} lost {b},
 
 
 def _steps(rng: random.Random) -> tuple[int, list[tuple[str, int]]]:
-    """A start count and 1-3 (op, amount) events, every running count in 0..MAX_COUNT."""
-    count = start = rng.randint(2, 15)
+    """A start count and 1-2 (op, amount) events, every running count in 0..MAX_COUNT."""
+    count = start = rng.randint(2, 12)
     events = []
-    for _ in range(rng.randint(1, 3)):
+    for _ in range(rng.randint(1, 2)):
         op = rng.choice("+-") if 1 <= count <= MAX_COUNT - 1 else ("+" if count < 1 else "-")
         limit = MAX_COUNT - count if op == "+" else count
         amount = rng.randint(1, min(9, limit))
