@@ -34,6 +34,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from assocmem.cli.types import non_negative_int
+
 from .frame import Experiment, config_from_flags, run_seeds, seeded_run, spread
 
 STAGES = ("SFT", "RL")
@@ -64,7 +66,7 @@ class TextDemoConfig(BaseModel):
     d_model: int = Field(64, gt=0, description="residual width")
     num_heads: int = Field(4, gt=0, description="heads of every mixer")
     mlp_ratio: float = Field(2.0, ge=0, description="SwiGLU width / d_model")
-    pretrain_steps: int = Field(60, ge=0, description="pre-training steps on corpus.txt (0: SFT from scratch)")
+    pretrain_steps: int = Field(0, ge=0, description="pre-training steps on corpus.txt before SFT (0: none)")
     pretrain_seq_len: int = Field(96, ge=2, description="pre-training block length")
     sft_steps: int = Field(400, gt=0, description="SFT steps")
     batch_size: int = Field(16, gt=0, description="sequences per pre-training and SFT step")
@@ -294,6 +296,19 @@ run = seeded_run(run_experiment, markdown_table, seed_metrics,
                  lambda summary: {"curves": summary["curves"]})
 
 
+def add_flags(flags) -> None:
+    """--pretrain-steps: the corpus stage (a field of ``TextDemoConfig``)."""
+    flags.add("--pretrain-steps", type=non_negative_int, default=None,
+              help="pre-training steps on the shipped corpus before SFT (default 0: SFT from scratch; "
+                   "--quick: 4)")
+
+
+def config(args) -> TextDemoConfig:
+    """The config of --quick, --threads and --pretrain-steps (refused before any work)."""
+    given = {} if args.pretrain_steps is None else {"pretrain_steps": args.pretrain_steps}
+    return config_from_flags(TextDemoConfig, args, given)
+
+
 EXPERIMENT = Experiment("text-demo", help="the text pipeline at toy scale: corpus pre-training, SFT, RL, pass@k / "
                         "maj@k / sequential scaling for a GDN hybrid and attention", doc=__doc__, run=run,
-                        settings=lambda args: config_from_flags(TextDemoConfig, args), seeds=(0, 1, 2), threads=True)
+                        flags=add_flags, settings=config, seeds=(0, 1, 2), threads=True)
