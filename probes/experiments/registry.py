@@ -363,3 +363,17 @@ register(Reproducible(
         "dt_rank auto (3)", "dt_rank 1", "dt_rank 48", "dt_rank auto + dt_limit (1e-3, 0.1)")),
     minutes_per_seed=2.0,
 ))
+
+# The text pipeline at toy scale (issue 38): the shipped word problems, SFT -> RL -> parallel and sequential scaling.
+register(Reproducible(
+    name="text-demo",
+    description="the text pipeline at toy scale (probes/experiments/text_demo.py): byte-level GDN+attention and "
+                "attention×2 (d=64, 2 layers) SFT'd on the shipped word problems, then RL (Dr. GRPO, reward "
+                "correct); greedy, pass@k, maj@k, best-of-N by a step verifier and sequential verify-revise rounds "
+                "on the 50 held-out problems",
+    command=("experiment", "text-demo", "--seeds", "{seeds}", "--out", "{out}", "--result", "{result}"),
+    seeds=(0, 1, 2),
+    checks=tuple(Check(f"{model} {stage} {metric}", atol=0.05) for model in ("gdn+attn", "attn×2")
+                 for stage in ("SFT", "RL") for metric in ("greedy", "pass@1", "pass@8", "maj@8")),
+    minutes_per_seed=4.0,  # measured with ~6 sessions sharing the 2 cores (about half a core); idle is faster
+))
