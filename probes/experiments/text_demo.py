@@ -34,8 +34,6 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from assocmem.cli.types import non_negative_int
-
 from .frame import Experiment, config_from_flags, run_seeds, seeded_run, spread
 
 STAGES = ("SFT", "RL")
@@ -298,13 +296,14 @@ run = seeded_run(run_experiment, markdown_table, seed_metrics,
 
 def add_flags(flags) -> None:
     """--pretrain-steps: the corpus stage (a field of ``TextDemoConfig``)."""
-    flags.add("--pretrain-steps", type=non_negative_int, default=None,
+    flags.add("--pretrain-steps", type=int, default=None,
               help="pre-training steps on the shipped corpus before SFT (default 0: SFT from scratch; "
                    "--quick: 4)")
 
 
 def config(args) -> TextDemoConfig:
-    """The config of --quick, --threads and --pretrain-steps (refused before any work)."""
+    """The config of --quick, --threads and --pretrain-steps (a negative count is refused by the config, before
+    any work)."""
     given = {} if args.pretrain_steps is None else {"pretrain_steps": args.pretrain_steps}
     return config_from_flags(TextDemoConfig, args, given)
 

@@ -124,3 +124,15 @@ def test_pyproject_ships_the_data_with_the_package():
         "assocmem.probes.experiments"]
     shipped = {p.name for pattern in patterns for p in (root / "probes" / "experiments").glob(pattern)}
     assert {p.name for p in data_folder().iterdir() if p.is_file()} <= shipped
+
+
+def test_pretrain_steps_reach_the_config_and_the_recorded_command(capsys):
+    from assocmem.cli import build_parser
+    from assocmem.cli import main as cli_main
+
+    args = build_parser("experiment").parse_args(["experiment", "text-demo", "--pretrain-steps", "60", "--out", "o"])
+    assert text_demo.config(args).pretrain_steps == 60 and text_demo.config(args).sft_steps == TextDemoConfig().sft_steps
+    assert args.flags.words(args)[:2] == ["--pretrain-steps", "60"]
+    assert TextDemoConfig().pretrain_steps == 0 and TextDemoConfig.quick().pretrain_steps > 0
+    assert cli_main(["experiment", "text-demo", "--pretrain-steps", "-1", "--out", "o"]) == 2
+    assert "pretrain_steps" in capsys.readouterr().err
