@@ -295,17 +295,19 @@ run = seeded_run(run_experiment, markdown_table, seed_metrics,
 
 
 def add_flags(flags) -> None:
-    """--pretrain-steps: the corpus stage (a field of ``TextDemoConfig``)."""
+    """--pretrain-steps and --rl-lr: fields of ``TextDemoConfig``."""
     flags.add("--pretrain-steps", type=int, default=None,
               help="pre-training steps on the shipped corpus before SFT (default 0: SFT from scratch; "
                    "--quick: 4)")
+    flags.add("--rl-lr", type=float, default=None,
+              help=f"RL learning rate (default {TextDemoConfig().rl_lr:g})")
 
 
 def config(args) -> TextDemoConfig:
-    """The config of --quick, --threads and --pretrain-steps (a negative count is refused by the config, before
-    any work)."""
-    given = {} if args.pretrain_steps is None else {"pretrain_steps": args.pretrain_steps}
-    return config_from_flags(TextDemoConfig, args, given)
+    """The config of --quick, --threads, --pretrain-steps and --rl-lr (a bad value is refused by the config,
+    naming the field, before any work)."""
+    given = {"pretrain_steps": args.pretrain_steps, "rl_lr": args.rl_lr}
+    return config_from_flags(TextDemoConfig, args, {k: v for k, v in given.items() if v is not None})
 
 
 EXPERIMENT = Experiment("text-demo", help="the text pipeline at toy scale: corpus pre-training, SFT, RL, pass@k / "

@@ -126,13 +126,15 @@ def test_pyproject_ships_the_data_with_the_package():
     assert {p.name for p in data_folder().iterdir() if p.is_file()} <= shipped
 
 
-def test_pretrain_steps_reach_the_config_and_the_recorded_command(capsys):
+def test_the_flags_reach_the_config_and_the_recorded_command(capsys):
     from assocmem.cli import build_parser
     from assocmem.cli import main as cli_main
 
-    args = build_parser("experiment").parse_args(["experiment", "text-demo", "--pretrain-steps", "60", "--out", "o"])
-    assert text_demo.config(args).pretrain_steps == 60 and text_demo.config(args).sft_steps == TextDemoConfig().sft_steps
-    assert args.flags.words(args)[:2] == ["--pretrain-steps", "60"]
+    args = build_parser("experiment").parse_args(["experiment", "text-demo", "--pretrain-steps", "60", "--rl-lr",
+                                                  "1e-4", "--out", "o"])
+    cfg = text_demo.config(args)
+    assert (cfg.pretrain_steps, cfg.rl_lr, cfg.sft_steps) == (60, 1e-4, TextDemoConfig().sft_steps)
+    assert args.flags.words(args)[:4] == ["--pretrain-steps", "60", "--rl-lr", "0.0001"]
     assert TextDemoConfig().pretrain_steps == 0 and TextDemoConfig.quick().pretrain_steps > 0
     assert cli_main(["experiment", "text-demo", "--pretrain-steps", "-1", "--out", "o"]) == 2
     assert "pretrain_steps" in capsys.readouterr().err
