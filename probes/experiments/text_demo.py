@@ -34,6 +34,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from assocmem.cli.types import non_negative_int, positive_float
+
 from .frame import Experiment, config_from_flags, run_seeds, seeded_run, spread
 
 STAGES = ("SFT", "RL")
@@ -296,16 +298,15 @@ run = seeded_run(run_experiment, markdown_table, seed_metrics,
 
 def add_flags(flags) -> None:
     """--pretrain-steps and --rl-lr: fields of ``TextDemoConfig``."""
-    flags.add("--pretrain-steps", type=int, default=None,
+    flags.add("--pretrain-steps", type=non_negative_int, default=None,
               help="pre-training steps on the shipped corpus before SFT (default 0: SFT from scratch; "
                    "--quick: 4)")
-    flags.add("--rl-lr", type=float, default=None,
+    flags.add("--rl-lr", type=positive_float, default=None,
               help=f"RL learning rate (default {TextDemoConfig().rl_lr:g})")
 
 
 def config(args) -> TextDemoConfig:
-    """The config of --quick, --threads, --pretrain-steps and --rl-lr (a bad value is refused by the config,
-    naming the field, before any work)."""
+    """The config of --quick, --threads, --pretrain-steps and --rl-lr (refused before any work)."""
     given = {"pretrain_steps": args.pretrain_steps, "rl_lr": args.rl_lr}
     return config_from_flags(TextDemoConfig, args, {k: v for k, v in given.items() if v is not None})
 
