@@ -21,7 +21,8 @@ FLOORS = ("memories", "mixers", "models", "training", "probes", "cli")
 MODULE_NAME = re.compile(r"assocmem\.(?:%s)(?:\.\w+)*" % "|".join(FLOORS))
 DISPATCHER = "assocmem.cli"
 # the experiments whose parsers use cli/types.py (the frame builds their parsers in the annex)
-LAB_PARSERS = {f"assocmem.probes.experiments.{name}" for name in ("frame", "grokking", "hybrid", "leak", "rl", "wiola")}
+LAB_PARSERS = {f"assocmem.probes.experiments.{name}"
+               for name in ("frame", "grokking", "hybrid", "leak", "rl", "text_demo", "wiola")}
 # modules that rerun an assocmem command in a fresh process, naming the command line by string
 RERUNS_A_COMMAND = {"assocmem.probes.experiments.reproduce"}
 ANNEX = "assocmem.probes.experiments"

@@ -5,18 +5,19 @@ scaling; a GDN + attention hybrid beside an attention baseline (Nautile-370M §3
 The data ship with the package (text_demo_data/, written by its make_data.py, licence-clean): 400
 word problems with GSM8K-style worked solutions ("3 + 4 = 7" per step, last line "#### 7") and 100
 revision records (question, a wrong solution, "That is wrong. Try again.", the right solution), 50
-held-out problems, and a 69 KB prose corpus of the same small world. Byte-level tokenizer (257 ids),
+held-out problems, and a 58 KB prose corpus of the same small world. Byte-level tokenizer (257 ids),
 no download. Per seed and model (``models``: label -> layer pattern):
 
-  1. pre-train on corpus.txt (``kind: files``, one paragraph per document);
-  2. SFT from it on train.jsonl (``kind: problems``, extractor gsm8k, loss on the solution);
+  1. with ``--pretrain-steps N`` (default 0): pre-train on corpus.txt (``kind: files``, one paragraph per
+     document);
+  2. SFT (from it) on train.jsonl (``kind: problems``, extractor gsm8k, loss on the solution);
   3. RL from the SFT model (``assocmem rl``'s loop: Dr. GRPO, A = r − mean, dapo aggregation, reward
      ``correct``: the #### answer equals the reference) on the 400 plain problems;
   4. for the SFT and the RL model, on the 50 held-out problems:
        greedy accuracy                          (``answer_accuracy``, ``assocmem eval --problems``)
        parallel: n samples at temperature 1     pass@k, maj@k, best-of-N by the step verifier, per k,
                                                  tokens = k × mean response length (``run_tts``)
-       sequential: ``chains`` chains, ``rounds`` revisions: the step verifier (check_steps.py, a
+       sequential: ``chains`` chains, ``revisions`` rounds: the step verifier (check_steps.py, a
                  ``python`` verifier that reads the solution's arithmetic, never the reference)
                  accepts or rejects; a rejected chain gets the question, its solution and the
                  revision prompt, and answers again (``run_sequential``); accuracy and tokens per round.
@@ -87,7 +88,7 @@ class TextDemoConfig(BaseModel):
                    group_size=2, samples=2, chains=1, revisions=1, num_problems=4)
 
 
-def problems_section(cfg: TextDemoConfig, num_train: int | None = None) -> dict:
+def problems_section(num_train: int | None = None) -> dict:
     """The ``data:`` section of the problem file (train.jsonl, held out: test.jsonl)."""
     folder = data_folder()
     return {"kind": "problems", "path": str(folder / "train.jsonl"), "eval_path": str(folder / "test.jsonl"),
@@ -139,10 +140,10 @@ def train_stages(cfg: TextDemoConfig, label: str, runs: Path, seed: int) -> dict
                   "seq_len": cfg.pretrain_seq_len, "tokenizer": "bytes"}
         folders["pretrain"] = _train(cfg, runs, f"{stem}-pretrain", model, corpus, cfg.pretrain_steps, seed)
         model = {"init_from": str(folders["pretrain"])}
-    folders["SFT"] = _train(cfg, runs, f"{stem}-sft", model, problems_section(cfg), cfg.sft_steps, seed)
+    folders["SFT"] = _train(cfg, runs, f"{stem}-sft", model, problems_section(), cfg.sft_steps, seed)
     rl = rl_config_from_dict({
         "name": f"{stem}-rl", "output_dir": str(runs), "seed": seed, "model": {"init_from": str(folders["SFT"])},
-        "data": problems_section(cfg, num_train=make_data().NUM_TRAIN),
+        "data": problems_section(num_train=make_data().NUM_TRAIN),
         "rollout": {"group_size": cfg.group_size, "prompts_per_step": cfg.prompts, "temperature": 1.0,
                     "reward": "correct", "advantage_scale": "none"},
         "loss": {"algorithm": "policy_gradient", "aggregation": "dapo"},
@@ -164,7 +165,7 @@ def evaluate_model(model, cfg: TextDemoConfig, seed: int) -> dict:
     from ..sequential_tts import HFPolicy, run_sequential
     from ..test_time_scaling import run_tts
 
-    data = ProblemsData(**problems_section(cfg))
+    data = ProblemsData(**problems_section())
     problems = data.split()[1][:cfg.num_problems]
     greedy = answer_accuracy(model, data, problems, batch_size=256)
     settings = SamplingSettings(num_samples=cfg.samples, temperature=1.0, max_new_tokens=data.max_new_tokens,
@@ -228,13 +229,13 @@ def summarize(per_seed: dict, cfg: TextDemoConfig) -> dict:
     for label in cfg.models:
         for stage in STAGES:
             runs = [per_seed[s][label][stage] for s in per_seed]
+            ks, rounds = range(cfg.samples), range(cfg.revisions + 1)
             curves[f"{label} {stage}"] = {
-                "tokens@k": [spread(r["parallel"]["tokens"][k] for r in runs) for k in range(cfg.samples)],
-                **{metric: [spread(r["parallel"]["metrics"][metric]["mean"][k] for r in runs) for k in range(cfg.samples)]
+                "tokens@k": [spread(r["parallel"]["tokens"][k] for r in runs) for k in ks],
+                **{metric: [spread(r["parallel"]["metrics"][metric]["mean"][k] for r in runs) for k in ks]
                    for metric in ("pass@k", "maj@k (random k)", "best-of-N@k (verifier)")},
-                "sequential accuracy": [spread(r["sequential"]["accuracy"][i] for r in runs)
-                                        for i in range(cfg.revisions + 1)],
-                "sequential tokens": [spread(r["sequential"]["tokens"][i] for r in runs) for i in range(cfg.revisions + 1)]}
+                "sequential accuracy": [spread(r["sequential"]["accuracy"][i] for r in runs) for i in rounds],
+                "sequential tokens": [spread(r["sequential"]["tokens"][i] for r in runs) for i in rounds]}
     return {"metrics": {key: spread(row[key] for row in flat.values()) for key in keys}, "curves": curves}
 
 

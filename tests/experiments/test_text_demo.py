@@ -63,7 +63,7 @@ def test_a_revision_round_reads_what_the_revision_records_trained():
     """run_sequential's revision prompt: the problem's prompt + the response without EOS + REVISE + newline;
     a revision record's templated prompt is exactly that for the wrong solution it holds."""
     m = make_data()
-    data = ProblemsData(**problems_section(TextDemoConfig()))
+    data = ProblemsData(**problems_section())
     train = data.split()[0]
     by_question = {p.info["question"]: p for p in train[:m.NUM_TRAIN]}
     for record in train[m.NUM_TRAIN:m.NUM_TRAIN + 5]:
@@ -78,7 +78,7 @@ def test_the_step_verifier_reads_the_steps_never_the_reference():
         assert _grade(r["answer"], r["question"]) == 1.0
     question = "Ada has 7 apples. Ada loses 3. Ben gives Ada 5 more. How many apples does Ada have now?"
     assert _grade("7 - 3 = 4\n4 + 5 = 9\n#### 9", question) == 1.0
-    assert _grade("7 + 3 = 10\n10 + 5 = 15\n#### 15", question) == 1.0      # the wrong direction passes (its blind spot)
+    assert _grade("7 + 3 = 10\n10 + 5 = 15\n#### 15", question) == 1.0    # the wrong direction passes: its blind spot
     assert _grade("7 - 3 = 4\n4 + 5 = 8\n#### 8", question) == 0.0          # a wrong sum
     assert _grade("7 - 3 = 4\n4 + 5 = 9\n#### 8", question) == 0.0          # a final line that is not the last result
     assert _grade("7 - 3 = 4\n#### 4", question) == 0.0                     # a step left out
