@@ -89,4 +89,8 @@ def reproduce(name: str, *, quick: bool = False, seeds: list[int] | None = None,
     print(f"\n{table}\n{held} of {len(verdicts)} checked numbers hold "
           f"(stored: {stored.versions.assocmem_commit or '?'} on {stored.versions.machine}; "
           f"rerun: {rerun.versions.assocmem_commit or '?'} on {rerun.versions.machine})\nrerun folder: {rerun_folder}")
+    if stored.versions.machine != rerun.versions.machine:
+        print(f"note: the record was made on {stored.versions.machine}, the rerun ran on {rerun.versions.machine}; "
+              "rounding differs between instruction sets, and a long training run can amplify it (the RL "
+              "experiment's SFT stage does: docs/experiments/rl.md)")
     return 0 if held == len(verdicts) else 1

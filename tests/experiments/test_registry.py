@@ -161,6 +161,7 @@ def test_reproduce_reruns_into_a_fresh_folder_and_judges_against_the_given_resul
     assert reproduce("tiny-result", out=str(tmp_path / "again"), results=stored_dir) == 0
     out = capsys.readouterr().out
     assert "4 of 4 checked numbers hold" in out and f"stored by: assocmem train {config}" in out
+    assert "note: the record was made on" not in out  # same machine: no word of instruction sets
     report = json.loads((tmp_path / "again" / "reproduce.json").read_text())
     assert report["stored"] == str(result)
     assert [v["value"] == v["stored_value"] for v in report["verdicts"]] == [True] * 4  # deterministic on CPU
@@ -176,3 +177,9 @@ def test_reproduce_reruns_into_a_fresh_folder_and_judges_against_the_given_resul
                                                        ("accuracy@6", True)]
     with pytest.raises(FileExistsError, match="not an empty folder"):
         reproduce("tiny-result", out=str(tmp_path / "again"), results=stored_dir)  # never into a folder with runs
+
+    elsewhere = json.loads(result.read_text())
+    elsewhere["versions"]["machine"] = "Other CPU, 64 cores"
+    result.write_text(json.dumps(elsewhere))
+    assert reproduce("tiny-result", out=str(tmp_path / "third"), results=stored_dir) == 1  # the moved loss
+    assert "note: the record was made on Other CPU, 64 cores, the rerun ran on" in capsys.readouterr().out
