@@ -3,7 +3,9 @@ success rate, and do gradient balancing and scored self-distillation help?
 
   1. SFT: a 2-layer d = 64 GDN + attention model is trained on ``chain_sum`` (6 digits, scratchpad)
      at a constant learning rate for ``sft_steps`` steps, chosen so that held-out pass@1 (temperature
-     1) is about 25–30 %: Nautile's regime (28 % on GSM8K after SFT). One SFT model, shared by all
+     1) is about 25–30 % on the 2-core AMD EPYC the step count was chosen on: Nautile's regime (28 % on
+     GSM8K after SFT). Pass@1 climbs steeply there, so another CPU's rounding lands elsewhere (about
+     45 % on an AVX-512 Xeon; docs/experiments/rl.md). One SFT model, shared by all
      RL runs (``out/sft``; the seeds vary the RL runs).
   2. RL from it, four methods (``METHODS``), each ``rounds`` rounds of ``prompts`` prompts × G
      samples, so every run samples the same number of completions (the sampled tokens differ only by
@@ -302,7 +304,7 @@ def config(args) -> RLExperimentConfig:
 
 run = seeded_run(run_experiment, markdown_table, seed_metrics,
                  lambda cfg: f"RL after SFT at toy scale (probes/experiments/rl.py): a GDN+attention d=64 model SFT'd "
-                             f"on chain_sum (6 digits) to ~29 % pass@1, then GRPO / Dr. GRPO + dapo / gradient-balanced "
+                             f"on chain_sum (6 digits) for {cfg.sft_steps} steps (pass@1 ~29 % on an AMD EPYC, ~45 % on an AVX-512 Xeon), then GRPO / Dr. GRPO + dapo / gradient-balanced "
                              f"/ self-distillation at equal sampled completions, RL lr {cfg.rl_lr:g} and KL weight "
                              f"β = {cfg.beta:g}; held-out pass@1 (run_tts) and ‖g⁻‖/‖g⁺‖",
                  lambda summary: {"table": summary})
