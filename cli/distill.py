@@ -32,7 +32,8 @@ def _distill(args: argparse.Namespace) -> int:
     from assocmem.training.config_files import resolve_config
     from assocmem.training.distill.config import load_distill_config
     from assocmem.training.distill.stages import run_distill
-    from assocmem.training.loop import NonFiniteLossError, OutOfMemory, TrainingInterrupted
+    from assocmem.training.loop import NonFiniteLossError, TrainingInterrupted
+    from assocmem.training.out_of_memory import OutOfMemory
 
     try:
         cfg = load_distill_config(resolve_config(args.config), args.overrides, smoke=args.smoke)

@@ -41,7 +41,8 @@ def _rl(args: argparse.Namespace) -> int:
         print(cfg.to_yaml())
         return 0
     from assocmem.training.checkpoint import CheckpointError
-    from assocmem.training.loop import NonFiniteLossError, OutOfMemory, TrainingInterrupted
+    from assocmem.training.loop import NonFiniteLossError, TrainingInterrupted
+    from assocmem.training.out_of_memory import OutOfMemory
     from assocmem.training.rl.loop import train_rl
 
     try:

@@ -120,7 +120,8 @@ def _train_one(cfg, *, resume: bool, overwrite: bool) -> int:
     """Train one run; print its summary line (0), or the error without a traceback (1: the run failed,
     2: the run folder, config or data was refused)."""
     from assocmem.training.checkpoint import CheckpointError
-    from assocmem.training.loop import NonFiniteLossError, OutOfMemory, TrainingInterrupted, train
+    from assocmem.training.loop import NonFiniteLossError, TrainingInterrupted, train
+    from assocmem.training.out_of_memory import OutOfMemory
 
     try:
         summary = train(cfg, resume=resume, overwrite=overwrite)
@@ -140,7 +141,8 @@ def _train_one(cfg, *, resume: bool, overwrite: bool) -> int:
 def _seeds(args: argparse.Namespace) -> int:
     """``--seeds``: the config once per seed, a mean/range table and (``--result``) a result record."""
     from assocmem.training.checkpoint import CheckpointError
-    from assocmem.training.loop import NonFiniteLossError, OutOfMemory, TrainingInterrupted
+    from assocmem.training.loop import NonFiniteLossError, TrainingInterrupted
+    from assocmem.training.out_of_memory import OutOfMemory
     from assocmem.training.results import current_versions, make_record, save_record
     from assocmem.training.seeds import seed_config, seeds_table, train_seeds
 

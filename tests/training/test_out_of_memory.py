@@ -9,7 +9,8 @@ import torch
 import yaml
 
 from assocmem.cli import main
-from assocmem.training.loop import OutOfMemory, Trainer, allocation_failure
+from assocmem.training.loop import Trainer
+from assocmem.training.out_of_memory import OutOfMemory, allocation_failure
 from training_helpers import BASE, merge
 
 pytestmark = pytest.mark.usefixtures("one_thread")

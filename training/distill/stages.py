@@ -27,10 +27,11 @@ from ..config import ConfigError, ModelConfig, TrainConfig
 from ..config_files import read_yaml
 from ..data import build_datasets, data_vocab_size
 from ..distributed import barrier, broadcast_object, init_distributed, shutdown
-from ..loop import OutOfMemory, Trainer, out_of_memory_guard, train
+from ..loop import Trainer, train
 from ..metrics import evaluate
 from ..model_factory import hf_config_object, hf_model, load_pretrained, pretrained_folder
 from ..objective import IGNORE_INDEX, CausalLMObjective
+from ..out_of_memory import OutOfMemory, out_of_memory_guard
 from ..progress import Progress, progress_line
 from ..runlog import CONFIG_FILE, SUMMARY_FILE, config_differences
 from ..tasks import arrays_to_dataset

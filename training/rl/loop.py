@@ -33,11 +33,11 @@ from .. import checkpoint as ckpt
 from ..distributed import all_gather_object, all_reduce_sum, barrier, broadcast_object, init_distributed, rank_slice, shutdown
 from ..generation import SamplingSettings, sample_completions
 from ..loop import (
-    NonFiniteLossError, interrupt_after_step, notice_interrupt, out_of_memory_guard, save_on_interrupt,
-    seed_everything, stop_everywhere,
+    NonFiniteLossError, interrupt_after_step, notice_interrupt, save_on_interrupt, seed_everything, stop_everywhere,
 )
 from ..model_factory import build_from_config, model_description
 from ..optim import build_optimizer, build_scheduler, extend_schedule
+from ..out_of_memory import out_of_memory_guard
 from ..runlog import SUMMARY_FILE, RunLog
 from ..sampler import StepSampler
 from ..verifiable import problem_sets, score_response
